@@ -1,0 +1,1 @@
+"""Drafters: one module per family, all satisfying the small `Drafter` protocol of base.py."""

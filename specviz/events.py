@@ -1,0 +1,228 @@
+"""Typed decoding events and their JSON / JSONL trace form.
+
+Boundary: plain dataclasses and (de)serialisation only. No torch, no UI. Every decoding step
+(draft -> verify -> accept -> update) emits enough events for a viewer to redraw that step with
+no other input; a trace file is one event per line and round-trips exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+SCHEMA_VERSION = 1
+
+
+class TraceError(ValueError):
+    """A trace (file or event dict) is malformed, truncated or of another schema version."""
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    strategy: str
+    settings: dict[str, Any]
+    target_id: str
+    drafter_id: str | None
+    device: str
+    dtype: str
+    prompt_ids: list[int]
+    prompt_pieces: list[str]
+    seed: int
+    t: float = 0.0
+    schema: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class DraftProposed:
+    """The step's draft tree. Node 0 is the root (last committed token, not verified again).
+
+    Lists are per node, root included: token, piece, parent (-1 for the root), depth, q of the
+    token under the draft (None where the draft is deterministic: q one-hot), confidence
+    (None where the strategy has none).
+    """
+    step: int
+    tokens: list[int]
+    pieces: list[str]
+    parents: list[int]
+    depths: list[int]
+    q: list[float | None]
+    confidence: list[float | None]
+    draft_s: float
+    fallback: bool = False
+    note: str = ""
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class ScheduleDecided:
+    """How many drafted tokens go to the target this step, and why (threshold, budget, argmax)."""
+    step: int
+    confidence: list[float]
+    survival: list[float]
+    verify_len: int
+    reason: str
+    threshold: float | None = None
+    sps_point: list[float] | None = None
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class Verified:
+    """Per node (root included): p of the drafted token, target argmax and the acceptance draw.
+
+    p[i] and argmax[i] describe the target at node i's *own* token given its parent, so the
+    root's entries are None. draw[i] is the uniform draw used to accept node i under sampling.
+    """
+    step: int
+    p: list[float | None]
+    argmax: list[int | None]
+    argmax_pieces: list[str | None]
+    draw: list[float | None]
+    verify_s: float
+    input_tokens: int
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The accepted path (node ids, root first), and the one token the target adds itself."""
+    step: int
+    path: list[int]
+    n_accepted: int
+    token: int
+    piece: str
+    source: str  # "bonus" | "residual" | "argmax" | "sample"
+    new_tokens: list[int]
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class KVUpdated:
+    """Target (and drafter) cache lengths before/after; kept = compacted tree positions, dropped =
+    rolled-back positions (absolute cache indices)."""
+    step: int
+    target_before: int
+    target_after: int
+    kept: list[int]
+    dropped: list[int]
+    drafter_before: int | None = None
+    drafter_after: int | None = None
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    """Totals, computed from the step events by `metrics.finish` (replay recomputes them)."""
+    new_tokens: int
+    target_forwards: int
+    wall_s: float
+    draft_s: float
+    verify_s: float
+    other_s: float
+    mean_accepted_length: float
+    acceptance_by_position: list[float]
+    tokens_per_s: float
+    stop_reason: str
+    text: str
+    t: float = 0.0
+
+
+EVENT_TYPES = {cls.__name__: cls for cls in
+               (RunStarted, DraftProposed, ScheduleDecided, Verified, Accepted, KVUpdated, RunFinished)}
+Event = RunStarted | DraftProposed | ScheduleDecided | Verified | Accepted | KVUpdated | RunFinished
+
+
+def to_dict(event: Event) -> dict[str, Any]:
+    d = dataclasses.asdict(event)
+    d["type"] = type(event).__name__
+    return d
+
+
+def _check_finite(value: Any, where: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TraceError(f"{where}: non-finite number {value!r}")
+    if isinstance(value, list):
+        for v in value:
+            _check_finite(v, where)
+
+
+def from_dict(d: Any, where: str = "event") -> Event:
+    if not isinstance(d, dict):
+        raise TraceError(f"{where}: expected a JSON object, got {type(d).__name__}")
+    kind = d.get("type")
+    cls = EVENT_TYPES.get(kind)
+    if cls is None:
+        raise TraceError(f"{where}: unknown event type {kind!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    required = {f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    body = {k: v for k, v in d.items() if k != "type"}
+    unknown = set(body) - names
+    missing = required - set(body)
+    if unknown:
+        raise TraceError(f"{where}: {kind} has unknown fields {sorted(unknown)}")
+    if missing:
+        raise TraceError(f"{where}: {kind} lacks fields {sorted(missing)}")
+    for k, v in body.items():
+        _check_finite(v, f"{where}: {kind}.{k}")
+    if cls is RunStarted and body.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
+        raise TraceError(f"{where}: trace schema version {body.get('schema')!r} is not supported "
+                         f"(this specviz reads version {SCHEMA_VERSION})")
+    try:
+        return cls(**body)
+    except TypeError as exc:  # pragma: no cover - guarded by the field checks above
+        raise TraceError(f"{where}: {exc}") from None
+
+
+def dumps(event: Event) -> str:
+    return json.dumps(to_dict(event), ensure_ascii=False, allow_nan=False)
+
+
+def write_trace(events: Iterable[Event], path: str | Path) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        for ev in events:
+            fh.write(dumps(ev) + "\n")
+
+
+def parse_lines(lines: Iterable[str]) -> Iterator[Event]:
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"line {n}: not valid JSON ({exc.msg})") from None
+        yield from_dict(d, where=f"line {n}")
+
+
+def read_trace(path: str | Path) -> list[Event]:
+    """Read and validate a JSONL trace: one RunStarted first, one RunFinished last."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            events = list(parse_lines(fh))
+    except OSError as exc:
+        raise TraceError(f"cannot read trace {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"trace {path} is not UTF-8 text") from None
+    validate(events)
+    return events
+
+
+def validate(events: list[Event]) -> None:
+    if not events:
+        raise TraceError("trace is empty")
+    if not isinstance(events[0], RunStarted):
+        raise TraceError("trace must start with RunStarted")
+    if not isinstance(events[-1], RunFinished):
+        raise TraceError("trace is truncated: it does not end with RunFinished")
+    if sum(isinstance(e, (RunStarted, RunFinished)) for e in events) != 2:
+        raise TraceError("trace must hold exactly one run")
+    last_step = 0
+    for e in events[1:-1]:
+        step = getattr(e, "step", None)
+        if step is None or step < last_step:
+            raise TraceError(f"step numbers go backwards at {type(e).__name__} step {step}")
+        last_step = step
