@@ -1,0 +1,159 @@
+"""Pure tree helpers (specviz.engine.tree) and the n-gram drafter's continuation trie.
+
+Boundary: structure only, no model: depths, children, the ancestor mask, root-to-leaf paths,
+the additive 4D mask handed to the target, DraftTree validation and truncation.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz.drafters.ngram import trie
+from specviz.engine.tree import (DraftTree, additive_mask, ancestor_mask, children, depths,
+                                 paths)
+
+#         0
+#       /   \
+#      1     2
+#     / \     \
+#    3   4     5
+#    |
+#    6
+PARENTS = [-1, 0, 0, 1, 1, 2, 3]
+
+
+def reference_mask(parents: list[int]) -> torch.Tensor:
+    """M[i, j] = j is i or an ancestor of i, by walking up from every node."""
+    n = len(parents)
+    m = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(n):
+        j = i
+        while j >= 0:
+            m[i, j] = True
+            j = parents[j]
+    return m
+
+
+def test_depths_and_children():
+    assert depths(PARENTS) == [0, 1, 1, 2, 2, 2, 3]
+    assert children(PARENTS) == [[1, 2], [3, 4], [5], [6], [], [], []]
+    assert depths([-1]) == [0]
+    assert children([-1]) == [[]]
+
+
+def test_ancestor_mask_recurrence():
+    m = ancestor_mask(PARENTS)
+    assert m.dtype == torch.bool and m.shape == (7, 7)
+    assert torch.equal(m, reference_mask(PARENTS))
+    # the ALGORITHMS.md §1 recurrence, checked literally
+    assert torch.all(m.diagonal())
+    assert torch.all(m[:, 0])
+    for j, p in enumerate(PARENTS):
+        if p >= 0:
+            assert torch.all(m[j] >= m[p])
+    # siblings and cousins never see each other
+    assert not m[2, 1] and not m[1, 2] and not m[5, 3] and not m[6, 4]
+    assert m.sum().item() == 1 + 2 + 2 + 3 + 3 + 3 + 4
+
+
+def test_ancestor_mask_of_a_chain_is_causal():
+    assert torch.equal(ancestor_mask([-1, 0, 1, 2]), torch.tril(torch.ones(4, 4, dtype=torch.bool)))
+
+
+def test_paths_root_to_leaf():
+    assert paths(PARENTS) == [[0, 1, 4], [0, 2, 5], [0, 1, 3, 6]]
+    assert paths([-1, 0, 1]) == [[0, 1, 2]]
+    assert paths([-1]) == [[0]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_additive_mask(dtype):
+    past = 3
+    m = additive_mask(PARENTS, past, dtype)
+    n = len(PARENTS)
+    assert m.shape == (1, 1, n, past + n) and m.dtype == dtype
+    m = m[0, 0]
+    # every node sees the whole committed prefix
+    assert torch.all(m[:, :past] == 0)
+    # inside the tree block: 0 where the ancestor mask allows, finfo.min elsewhere
+    blocked = torch.full((n, n), torch.finfo(dtype).min, dtype=dtype)
+    expect = torch.where(reference_mask(PARENTS), torch.zeros((), dtype=dtype), blocked)
+    assert torch.equal(m[:, past:], expect)
+    assert set(m.unique().tolist()) == {0.0, torch.finfo(dtype).min}
+
+
+def test_additive_mask_without_past():
+    m = additive_mask([-1, 0, 0], 0, torch.float32)[0, 0]
+    lo = torch.finfo(torch.float32).min
+    assert m.tolist() == [[0, lo, lo], [0, 0, lo], [0, lo, 0]]
+
+
+@pytest.mark.parametrize("parents, why", [
+    ([0, 0], "root"),             # root's parent must be -1
+    ([-1, 1], "precede"),         # a node cannot be its own parent
+    ([-1, 0, 3, 1], "precede"),   # parent after the child
+    ([-1, -1], "precede"),        # two roots
+    ([-1, 0, 1, 0], "depth order"),
+])
+def test_draft_tree_rejects_bad_parents(parents, why):
+    with pytest.raises(ValueError, match=why):
+        DraftTree(list(range(len(parents))), parents)
+
+
+def test_draft_tree_rejects_mismatched_lengths_and_empty():
+    with pytest.raises(ValueError):
+        DraftTree([1, 2, 3], [-1, 0])
+    with pytest.raises(ValueError):
+        DraftTree([], [])
+
+
+def test_draft_tree_defaults_and_chain():
+    t = DraftTree([9, 8, 7], [-1, 0, 0])
+    assert t.q == [None] * 3 and t.q_rows == [None] * 3 and t.confidence == [None] * 3
+    c = DraftTree.chain(5, [6, 7, 8], q=[0.5, 0.25, 0.125], confidence=[0.9, 0.8, 0.7])
+    assert c.tokens == [5, 6, 7, 8]
+    assert c.parents == [-1, 0, 1, 2]
+    assert c.depths == [0, 1, 2, 3]
+    assert c.q == [None, 0.5, 0.25, 0.125]
+    assert c.q_rows == [None] * 4
+    assert c.confidence == [None, 0.9, 0.8, 0.7]
+    assert len(c) == 4
+    r = DraftTree.root_only(3, note="x", fallback=True)
+    assert r.tokens == [3] and r.parents == [-1] and r.fallback and r.note == "x"
+
+
+def test_truncate_keeps_a_prefix():
+    rows = [None, torch.tensor([0.5, 0.5]), None, None, torch.tensor([1.0, 0.0]), None, None]
+    t = DraftTree(list(range(10, 17)), PARENTS, q=[None, .1, .2, .3, .4, .5, .6], q_rows=rows,
+                  confidence=[None, .9, .8, .7, .6, .5, .4], fallback=True, note="n")
+    for d, keep in [(0, 1), (1, 3), (2, 6), (3, 7), (9, 7)]:
+        s = t.truncate(d)
+        assert len(s) == keep
+        assert s.tokens == t.tokens[:keep] and s.parents == t.parents[:keep]
+        assert s.q == t.q[:keep] and s.confidence == t.confidence[:keep]
+        assert len(s.q_rows) == keep and all(a is b for a, b in zip(s.q_rows, rows))
+        assert max(s.depths) == min(d, 3)
+        assert s.fallback and s.note == "n"
+
+
+def test_trie_merges_common_prefixes_in_depth_order():
+    t = trie(100, [(1, 2, 3), (1, 2, 4), (5, 6)], budget=16)
+    assert t.tokens[0] == 100 and t.parents[0] == -1
+    # same prefix (1, 2) is shared; the set of root-to-leaf token paths is the continuations
+    got = {tuple(t.tokens[i] for i in p[1:]) for p in paths(t.parents)}
+    assert got == {(1, 2, 3), (1, 2, 4), (5, 6)}
+    assert len(t) == 1 + 6
+    assert t.depths == sorted(t.depths)
+    assert t.depths == [0, 1, 1, 2, 2, 3, 3]
+    # best continuation first within each depth (stable sort of insertion order)
+    assert t.tokens[1:3] == [1, 5]
+
+
+def test_trie_budget_counts_draft_nodes():
+    t = trie(0, [(1, 2, 3, 4), (1, 7, 8), (9,)], budget=5)
+    assert len(t) - 1 == 5
+    got = {tuple(t.tokens[i] for i in p[1:]) for p in paths(t.parents)}
+    # the best continuation fully, then as much of the next as fits; the third gets nothing
+    assert got == {(1, 2, 3, 4), (1, 7)}
+    assert trie(0, [(1, 2, 3)], budget=0).tokens == [0]
+    assert trie(0, [(1, 2), (1, 2)], budget=8).tokens == [0, 1, 2]
