@@ -88,6 +88,9 @@ def load_model(name: str = EMBEDDED, device: str = "auto", dtype: torch.dtype | 
     dtype = dtype or default_dtype(dev)
     path = embedded_folder() if name == EMBEDDED else name
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # loading a safetensors folder takes < 1 s: no bar
 
     try:
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)

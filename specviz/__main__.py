@@ -1,0 +1,171 @@
+"""Command line: generate, bench, replay, train (DESIGN.md §5 contracts).
+
+Boundary: argument parsing, output formatting and turning every user error into one
+`specviz: error: ...` line with exit status 2 (no traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from specviz.drafters.base import DrafterUnavailable
+from specviz.engine.decode import BadRequest, GenSettings
+from specviz.events import TraceError
+from specviz.models.loading import EMBEDDED, ModelLoadError
+from specviz.strategies import UnknownStrategy
+
+USER_ERRORS = (BadRequest, TraceError, ModelLoadError, UnknownStrategy, DrafterUnavailable, ValueError)
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def _overrides(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ValueError(f"--set takes KEY=VALUE, got {pair!r}")
+        k, v = pair.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=EMBEDDED, help="target: 'embedded' (default), a hub id or a folder")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--temperature", type=_float, default=0.0)
+    p.add_argument("--top-p", type=_float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="specviz", description="See and measure speculative decoding.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    g = sub.add_parser("generate", help="decode one prompt with one strategy")
+    g.add_argument("--strategy", default="ar")
+    g.add_argument("--prompt", required=True)
+    chat = g.add_mutually_exclusive_group()
+    chat.add_argument("--chat", dest="chat", action="store_true", default=None,
+                      help="apply the chat template (default for instruct models)")
+    chat.add_argument("--no-chat", dest="chat", action="store_false")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--trace", help="write the event trace (JSONL) here")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a strategy setting, e.g. --set max_draft=6")
+    _common(g)
+
+    b = sub.add_parser("bench", help="all strategies on all prompts, interleaved, in one process")
+    b.add_argument("--strategies", required=True, help="comma-separated strategy ids")
+    b.add_argument("--prompts", required=True, help="JSONL prompt file")
+    b.add_argument("--max-new-tokens", type=int, default=None)
+    b.add_argument("--peers", action="store_true", help="add HF generate baselines")
+    _common(b)
+
+    r = sub.add_parser("replay", help="validate a trace and print its metrics")
+    r.add_argument("trace")
+    r.add_argument("--json", action="store_true")
+
+    sub.add_parser("train", help="train drafters (see: python -m specviz train --help)", add_help=False)
+    return ap
+
+
+def _settings(a: argparse.Namespace, max_new_tokens: int) -> GenSettings:
+    s = GenSettings(max_new_tokens=max_new_tokens, temperature=a.temperature, top_p=a.top_p,
+                    top_k=a.top_k, seed=a.seed)
+    s.check()
+    return s
+
+
+def _load(a: argparse.Namespace):
+    from specviz.models.target import Target
+    return Target.load(a.model, a.device, threads=a.threads)
+
+
+def cmd_generate(a: argparse.Namespace) -> None:
+    from specviz import events, metrics, runner, strategies
+    settings = _settings(a, a.max_new_tokens)
+    overrides = _overrides(a.set)
+    strategies.parse_settings(a.strategy, overrides)  # unknown strategy / bad setting: fail before loading
+    if not a.prompt.strip():
+        raise BadRequest("the prompt is empty")
+    target = _load(a)
+    ids = runner.encode(target, a.prompt, a.chat)
+    res = runner.generate(target, a.strategy, ids, settings, overrides)
+    if a.trace:
+        events.write_trace(res.events, a.trace)
+    m = metrics.from_finished(res.finished)
+    if a.json:
+        print(json.dumps({"strategy": a.strategy, "token_ids": res.token_ids, "text": res.text,
+                          "metrics": m}, ensure_ascii=False))
+    else:
+        print(res.text)
+        print(f"\n[{a.strategy}] {m['new_tokens']} tokens in {m['wall_s']:.2f} s "
+              f"({m['tokens_per_s']:.1f} tok/s), {m['target_forwards']} target forwards, "
+              f"tau {m['mean_accepted_length']:.2f}, draft {m['draft_s']:.2f} s, "
+              f"verify {m['verify_s']:.2f} s, stop: {m['stop_reason']}", file=sys.stderr)
+
+
+def cmd_bench(a: argparse.Namespace) -> None:
+    from specviz import bench, strategies
+    ids = [s.strip() for s in a.strategies.split(",") if s.strip()]
+    if not ids:
+        raise BadRequest("--strategies is empty")
+    for sid in ids:
+        strategies.spec(sid)
+    if a.max_new_tokens is not None:
+        _settings(a, a.max_new_tokens)
+    settings = _settings(a, a.max_new_tokens or 1)
+    prompts = bench.read_prompts(a.prompts)
+    target = _load(a)
+    log = (lambda s: None) if a.json else (lambda s: print(s, file=sys.stderr))
+    report = bench.bench(target, ids, prompts, a.max_new_tokens, settings, a.peers, log)
+    print(json.dumps(report, ensure_ascii=False, allow_nan=False) if a.json else bench.table(report))
+
+
+def cmd_replay(a: argparse.Namespace) -> None:
+    from specviz import events, metrics
+    m = metrics.replay(events.read_trace(a.trace))
+    if a.json:
+        print(json.dumps(m, ensure_ascii=False))
+    else:
+        print(f"{m['strategy']}: {m['new_tokens']} tokens, {m['target_forwards']} target forwards, "
+              f"tau {m['mean_accepted_length']:.2f}, {m['tokens_per_s']:.1f} tok/s, "
+              f"stop: {m['stop_reason']}")
+        print(m["text"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["train"]:
+        from specviz.train.cli import main as train_main
+        return train_main(argv[1:]) or 0
+    ap = parser()
+    a = ap.parse_args(argv)
+    try:
+        {"generate": cmd_generate, "bench": cmd_bench, "replay": cmd_replay}[a.cmd](a)
+    except USER_ERRORS as exc:
+        print(f"specviz: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("specviz: interrupted", file=sys.stderr)
+        return 130
+    except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        if not isinstance(exc, MemoryError) and "out of memory" not in str(exc).lower():
+            raise
+        print("specviz: error: out of memory; try fewer --max-new-tokens or a shorter prompt",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""The benchmark: every strategy (and HF peers) on every prompt, interleaved in one process.
+
+Boundary: prompt files, timing runs, the tie-aware greedy comparison with `ar`, and the JSON
+shape of DESIGN.md §5. Ratios are taken within one run so they hold on a noisy machine.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from specviz import runner, strategies
+from specviz.engine.decode import BadRequest, GenSettings
+from specviz.models.target import Target
+
+PEERS = ("hf-generate", "hf-assisted", "hf-prompt-lookup")
+TIE_GAP = 1e-4
+
+
+@dataclass
+class Prompt:
+    id: str
+    category: str
+    prompt: str | list[dict]
+    max_new_tokens: int | None
+
+
+def read_prompts(path: str | Path) -> list[Prompt]:
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise BadRequest(f"cannot read prompt file {path}: {exc.strerror}") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BadRequest(f"{path} line {n}: not valid JSON ({exc.msg})") from None
+        if not isinstance(d, dict) or not ("prompt" in d or "messages" in d):
+            raise BadRequest(f"{path} line {n}: needs an object with 'prompt' or 'messages'")
+        mnt = d.get("max_new_tokens")
+        if mnt is not None and (not isinstance(mnt, int) or mnt < 1):
+            raise BadRequest(f"{path} line {n}: max_new_tokens must be a positive integer")
+        out.append(Prompt(str(d.get("id", f"line-{n}")), str(d.get("category", "")),
+                          d.get("messages") or d["prompt"], mnt))
+    if not out:
+        raise BadRequest(f"{path} holds no prompts")
+    return out
+
+
+def greedy_match(target: Target, prompt_ids: list[int], ref: list[int], got: list[int]) -> bool:
+    """Tokens equal `ar`'s, tie-aware: a divergence only counts where the target's top-2 logit
+    gap at that position exceeds 1e-4 (fp reorderings may flip exact ties)."""
+    i = next((k for k, (a, b) in enumerate(zip(ref, got)) if a != b), min(len(ref), len(got)))
+    if i == len(ref) == len(got):
+        return True
+    if i == min(len(ref), len(got)):
+        return False  # one stopped early with equal tokens before: not a tie flip
+    cache = target.new_cache()
+    logits = target.forward(prompt_ids + ref[:i], cache, logits_for="last").logits[-1]
+    top2 = logits.topk(2).values
+    return bool(top2[0] - top2[1] <= TIE_GAP)
+
+
+def _hf_runner(target: Target, name: str) -> Callable[[list[int], GenSettings], tuple[list[int], float]]:
+    extra: dict[str, Any] = {}
+    if name == "hf-prompt-lookup":
+        extra["prompt_lookup_num_tokens"] = 10
+    elif name == "hf-assisted":
+        from specviz.drafters.draft import load_draft_lm  # the `draft` strategy's LM
+        extra["assistant_model"] = load_draft_lm(target)
+
+    def go(ids: list[int], s: GenSettings) -> tuple[list[int], float]:
+        x = torch.tensor([ids], device=target.device)
+        kw: dict[str, Any] = dict(max_new_tokens=s.max_new_tokens, pad_token_id=target.tokenizer.eos_token_id)
+        if s.temperature > 0:
+            kw |= dict(do_sample=True, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or None)
+            torch.manual_seed(s.seed)
+        else:
+            kw |= dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+        t = time.perf_counter()
+        with torch.inference_mode():
+            out = target.model.generate(x, attention_mask=torch.ones_like(x), **kw, **extra)
+        return out[0, len(ids):].tolist(), time.perf_counter() - t
+
+    return go
+
+
+def bench(target: Target, strategy_ids: list[str], prompts: list[Prompt], max_new_tokens: int | None,
+          settings: GenSettings, peers: bool, log: Callable[[str], None] = lambda s: None) -> dict:
+    for sid in strategy_ids:
+        strategies.spec(sid)
+    ids = ["ar"] + [s for s in strategy_ids if s != "ar"]
+    runners: dict[str, Callable] = {}
+    for sid in ids:
+        strategies.drafter_for(target, sid)  # load weights (or fail) before any timing
+        runners[sid] = lambda p, s, sid=sid: _ours(target, sid, p, s)
+    skipped: dict[str, str] = {}
+    if peers:
+        for name in PEERS:
+            try:
+                runners[name] = _hf_runner(target, name)
+            except Exception as exc:  # e.g. no trained `draft` model for hf-assisted
+                skipped[name] = str(exc)
+    warm = GenSettings(max_new_tokens=4, temperature=settings.temperature, seed=settings.seed)
+    for go in runners.values():
+        go(target.encode("Hello"), warm)
+
+    rows: dict[str, list[dict]] = {k: [] for k in runners}
+    for n, pr in enumerate(prompts):
+        pids = runner.encode(target, pr.prompt)
+        s = GenSettings(max_new_tokens=max_new_tokens or pr.max_new_tokens or 128,
+                        temperature=settings.temperature, top_p=settings.top_p,
+                        top_k=settings.top_k, seed=settings.seed)
+        order = list(runners)
+        order = order[n % len(order):] + order[:n % len(order)]  # rotate: no fixed position bias
+        results = {}
+        for name in order:
+            results[name] = runners[name](pids, s)
+            log(f"{pr.id} {name}: {len(results[name][0])} tokens in {results[name][1]:.2f} s")
+        ref = results["ar"][0]
+        for name, (toks, wall, *fw) in results.items():
+            forwards = fw[0] if fw else None
+            match = greedy_match(target, pids, ref, toks) if settings.temperature == 0 else None
+            rows[name].append({
+                "id": pr.id, "category": pr.category, "new_tokens": len(toks), "wall_s": wall,
+                "tokens_per_s": len(toks) / wall if wall > 0 else 0.0,
+                "target_forwards": forwards,
+                "mean_accepted_length": len(toks) / forwards if forwards else None,
+                "greedy_match": match})
+    return _report(rows, target, settings, max_new_tokens, skipped)
+
+
+def _ours(target: Target, sid: str, pids: list[int], s: GenSettings) -> tuple[list[int], float, int]:
+    res = runner.generate(target, sid, pids, s)
+    fin = res.finished
+    return res.token_ids, fin.wall_s, fin.target_forwards
+
+
+def _report(rows: dict[str, list[dict]], target: Target, s: GenSettings, max_new_tokens: int | None,
+            skipped: dict[str, str]) -> dict:
+    def agg(name: str) -> dict:
+        r = rows[name]
+        tok = sum(x["new_tokens"] for x in r)
+        wall = sum(x["wall_s"] for x in r)
+        fw = sum(x["target_forwards"] or 0 for x in r)
+        matches = [x["greedy_match"] for x in r]
+        return {"tokens_per_s": tok / wall if wall else 0.0,
+                "mean_accepted_length": tok / fw if fw else None,
+                "new_tokens": tok, "wall_s": wall,
+                "greedy_match_rate": None if s.temperature > 0 else sum(matches) / len(matches)}
+
+    aggs = {k: agg(k) for k in rows}
+    ar_tps = aggs["ar"]["tokens_per_s"]
+    hf_tps = aggs["hf-generate"]["tokens_per_s"] if "hf-generate" in aggs else None
+    out: dict[str, Any] = {"settings": {
+        "model": target.model_id, "device": str(target.device),
+        "dtype": str(target.dtype).replace("torch.", ""), "max_new_tokens": max_new_tokens,
+        "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "seed": s.seed,
+        "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+        "platform": platform.platform(), "skipped_peers": skipped}, "strategies": {}}
+    for name, a in aggs.items():
+        a["speedup_vs_ar"] = a["tokens_per_s"] / ar_tps if ar_tps else None
+        a["speedup_vs_hf_generate"] = a["tokens_per_s"] / hf_tps if hf_tps else None
+        for r in rows[name]:
+            ar_row = next(x for x in rows["ar"] if x["id"] == r["id"])
+            r["speedup_vs_ar"] = r["tokens_per_s"] / ar_row["tokens_per_s"] if ar_row["tokens_per_s"] else None
+        out["strategies"][name] = {"aggregate": a, "prompts": rows[name]}
+    return out
+
+
+def table(report: dict) -> str:
+    head = f"{'strategy':<18}{'tok/s':>8}{'tau':>7}{'vs ar':>8}{'vs hf':>8}{'greedy':>8}"
+    lines = [head, "-" * len(head)]
+    for name, d in report["strategies"].items():
+        a = d["aggregate"]
+        f = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+        lines.append(f"{name:<18}{f(a['tokens_per_s']):>8}{f(a['mean_accepted_length']):>7}"
+                     f"{f(a['speedup_vs_ar']):>8}{f(a['speedup_vs_hf_generate']):>8}"
+                     f"{f(a['greedy_match_rate']):>8}")
+    return "\n".join(lines)
