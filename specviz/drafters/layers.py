@@ -1,0 +1,112 @@
+"""Building blocks of the trained drafters: a Llama-style decoder layer whose attention takes an
+explicit key/value prefix, RoPE, and helpers for the frozen target pieces.
+
+Boundary: tensors in, tensors out; no caches, no drafting policy. The caller owns every key/value
+it passes as `prefix` (a drafter cache of committed positions, or injected target context as in
+DFlash), the position ids and the attention mask, so one layer serves autoregressive drafters
+(MTP, EAGLE) and block-parallel ones (DFlash, DSpark) alike.
+
+Shapes: x [b, n, d_in]; positions [n] (shared by the batch); keys/values [b, kv_heads, P, hd]
+after RoPE; mask [n, P + n] bool (True = may attend) or None (every query sees every key).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    d: int = 576               # residual width (the target's hidden size)
+    heads: int = 9
+    kv_heads: int = 3
+    head_dim: int = 64
+    ffn: int = 1536
+    rope_theta: float = 100_000.0
+    d_in: int = 0              # attention input width (0: d); EAGLE-3 feeds cat(emb, h) = 2d
+    eps: float = 1e-5
+
+    @classmethod
+    def of(cls, target, **kw) -> "LayerShape":
+        """The target's own attention geometry (drafters run at the target's hidden size)."""
+        cfg = target.model.config
+        return cls(d=cfg.hidden_size, heads=cfg.num_attention_heads,
+                   kv_heads=cfg.num_key_value_heads,
+                   head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
+                   ffn=kw.pop("ffn", cfg.intermediate_size),
+                   rope_theta=float(getattr(cfg, "rope_theta", None)
+                                    or cfg.rope_parameters["rope_theta"]),
+                   eps=cfg.rms_norm_eps, **kw)
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotate-half RoPE (the Llama convention). x [b, h, n, hd], positions [n]."""
+    hd = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd)
+    ang = positions.to(torch.float32)[:, None] * inv[None]          # [n, hd/2]
+    cos = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype)
+    sin = torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
+    x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm attention + SwiGLU MLP. `forward` returns the output and the new tokens' keys /
+    values (so a caller can cache them); `project_kv` projects external states (e.g. fused target
+    features) into this layer's key/value space."""
+
+    def __init__(self, s: LayerShape):
+        super().__init__()
+        self.s = s
+        d_in = s.d_in or s.d
+        self.input_norm = nn.RMSNorm(d_in, eps=s.eps)
+        self.q = nn.Linear(d_in, s.heads * s.head_dim, bias=False)
+        self.k = nn.Linear(d_in, s.kv_heads * s.head_dim, bias=False)
+        self.v = nn.Linear(d_in, s.kv_heads * s.head_dim, bias=False)
+        self.o = nn.Linear(s.heads * s.head_dim, s.d, bias=False)
+        self.post_norm = nn.RMSNorm(s.d, eps=s.eps)
+        self.gate = nn.Linear(s.d, s.ffn, bias=False)
+        self.up = nn.Linear(s.d, s.ffn, bias=False)
+        self.down = nn.Linear(s.ffn, s.d, bias=False)
+
+    def _heads(self, t: torch.Tensor, n_heads: int) -> torch.Tensor:
+        b, n, _ = t.shape
+        return t.view(b, n, n_heads, self.s.head_dim).transpose(1, 2)
+
+    def project_kv(self, h: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys/values of states h [b, n, d_in] used as they are (no input norm), RoPE'd at
+        `positions`."""
+        k = rope(self._heads(self.k(h), self.s.kv_heads), positions, self.s.rope_theta)
+        return k, self._heads(self.v(h), self.s.kv_heads)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor,
+                prefix: tuple[torch.Tensor, torch.Tensor] | None = None,
+                mask: torch.Tensor | None = None, residual: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """x [b, n, d_in] -> ([b, n, d], (k, v) of x). residual: the stream added to the
+        attention output (default x; EAGLE-3 passes h because its input is 2d wide)."""
+        s = self.s
+        xn = self.input_norm(x)
+        q = rope(self._heads(self.q(xn), s.heads), positions, s.rope_theta)
+        k, v = self.project_kv(xn, positions)
+        keys, values = (k, v) if prefix is None else (torch.cat([prefix[0], k], 2),
+                                                      torch.cat([prefix[1], v], 2))
+        rep = s.heads // s.kv_heads
+        attn = F.scaled_dot_product_attention(
+            q, keys.repeat_interleave(rep, 1), values.repeat_interleave(rep, 1),
+            attn_mask=None if mask is None else mask.to(q.device))
+        b, _, n, _ = attn.shape
+        h = (x if residual is None else residual) + self.o(attn.transpose(1, 2).reshape(b, n, -1))
+        hn = self.post_norm(h)
+        return h + self.down(F.silu(self.gate(hn)) * self.up(hn)), (k, v)
+
+
+def causal_mask(n: int, past: int, device=None) -> torch.Tensor:
+    """[n, past + n] bool: every query sees the whole prefix and the new tokens up to itself."""
+    m = torch.ones(n, past + n, dtype=torch.bool, device=device)
+    m[:, past:] = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    return m
+
