@@ -1,0 +1,87 @@
+"""`python -m specviz train`: build the shared training data, or train one drafter.
+
+Boundary: argument parsing and wiring only. Each drafter family exposes a `trainable(target,
+data, args) -> Trainable` factory; TRAINERS maps drafter ids to them (module:function strings, so
+importing the CLI loads no drafter). Training writes checkpoints to artifacts/train/<id>/ and
+the final weights + model card to assets/.
+
+  python -m specviz train --build-data --n-seqs 800 [--stdlib-chunks 60]
+  python -m specviz train --drafter eagle3 --minutes 12 [--steps N] [--resume]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+
+import torch
+
+from specviz.train import data as D
+
+TRAINERS = {
+    "draft": "specviz.drafters.draft_lm:trainable",
+    "eagle1": "specviz.drafters.eagle:trainable",
+    "eagle3": "specviz.drafters.eagle3:trainable",
+    "peagle": "specviz.drafters.peagle:trainable",
+}
+ALIASES = {"eagle2": "eagle1"}   # same weights
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m specviz train",
+                                description="Build drafter training data or train a drafter.")
+    p.add_argument("--build-data", action="store_true", help="generate responses and features")
+    p.add_argument("--n-seqs", type=int, default=800, help="pool answers to generate")
+    p.add_argument("--stdlib-chunks", type=int, default=0, help="raw stdlib source chunks")
+    p.add_argument("--gen-batch", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, default=160)
+    p.add_argument("--drafter", help=f"drafter id: {', '.join([*TRAINERS, *ALIASES])}")
+    p.add_argument("--data", default=str(D.DATA_FILE))
+    p.add_argument("--minutes", type=float, default=0.0, help="time budget (0 = none)")
+    p.add_argument("--steps", type=int, default=0, help="step budget (0 = none)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--eval-every", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    p.add_argument("--no-ship", action="store_true", help="do not write assets/")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if not args.build_data and not args.drafter:
+        parser().error("give --build-data or --drafter ID")
+    from specviz.models.target import Target
+    target = Target.load("embedded", device=args.device)
+    if args.build_data:
+        responses = D.generate_responses(target, args.n_seqs, batch=args.gen_batch,
+                                         max_new_tokens=args.max_new_tokens,
+                                         stdlib_chunks=args.stdlib_chunks, seed=args.seed)
+        out = D.build_features(target, responses, Path(args.data))
+        print(f"wrote {out}")
+    if args.drafter:
+        from specviz.train.loop import TrainConfig, train
+        did = ALIASES.get(args.drafter, args.drafter)
+        if did not in TRAINERS:
+            parser().error(f"unknown drafter {args.drafter!r}; choose from "
+                           f"{', '.join([*TRAINERS, *ALIASES])}")
+        module, fn = TRAINERS[did].split(":")
+        factory = getattr(importlib.import_module(module), fn)
+        trainable = factory(target, args)
+        data = D.TrainData(args.data, trainable.taps)
+        if data.fingerprint != target.fingerprint:
+            parser().error(f"{args.data} was built for another target; rebuild it")
+        cfg = TrainConfig(drafter_id=did, minutes=args.minutes, steps=args.steps,
+                          batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
+                          warmup=args.warmup, eval_every=args.eval_every, seed=args.seed,
+                          resume=args.resume, ship=not args.no_ship)
+        result = train(trainable, data, cfg, target)
+        print(result)
+    return 0

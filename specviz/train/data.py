@@ -1,0 +1,214 @@
+"""Training data for every drafter: target responses to the instruction pool, then ONE feature
+file shared by all drafters.
+
+Boundary: the target in, files out, and a loader. Stages (each resumable, under artifacts/train/):
+1. `responses.jsonl`: the target's greedy answers (chat template, batched `generate`) to the
+   pool of `pool.instruction_pool`, plus a few raw standard-library source chunks;
+2. `data.safetensors`: per token the target features and soft labels:
+   - `tokens` int32 [N] (sequences concatenated), `seq_starts` int64 [S+1],
+     `loss_mask` uint8 [N] (1 on response tokens), `split` uint8 [S] (1 = held out, ~5%);
+   - `h{i}` float16 [N, d]: target hidden_states[i] for i in TAPS;
+   - `topk_ids` int32 [N, TOPK], `topk_p` float16 [N, TOPK]: the target's next-token
+     distribution at T=1 at each position (row t predicts token t+1);
+   - metadata: target fingerprint, taps, counts.
+`TrainData` loads it (only the taps a drafter needs) and cuts random-crop batches.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm import tqdm
+
+from specviz.train.pool import instruction_pool
+
+TAPS = (2, 15, 27, 28, 30)   # EAGLE-3: 2,15,27; DFlash/DSpark: 2,15,28; EAGLE-1/MTP/P-EAGLE: 30
+TOPK = 64
+DATA_DIR = Path("artifacts/train")
+DATA_FILE = DATA_DIR / "data.safetensors"
+HELDOUT_EVERY = 20           # sequence s is held out when s % 20 == 7 (5%)
+
+
+def is_heldout(s: int) -> bool:
+    return s % HELDOUT_EVERY == 7
+
+
+# --- stage 1: responses ---------------------------------------------------------------------
+def generate_responses(target, n_seqs: int, out_dir: Path = DATA_DIR, batch: int = 16,
+                       max_new_tokens: int = 160, stdlib_chunks: int = 0, seed: int = 0) -> Path:
+    """Append target answers to out_dir/responses.jsonl until it holds n_seqs pool answers
+    (plus `stdlib_chunks` raw source chunks). Greedy, so the data match greedy drafting."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "responses.jsonl"
+    done = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    have = {d["id"] for d in done}
+    tok = target.tokenizer
+    todo = [p for p in instruction_pool(max(2400, n_seqs), seed)[:n_seqs] if p["id"] not in have]
+    model = target.model
+    pad = tok.pad_token_id if tok.pad_token_id is not None else min(target.eos_ids)
+    with path.open("a") as f, torch.inference_mode():
+        for i in tqdm(range(0, len(todo), batch), desc="responses", unit="batch"):
+            chunk = todo[i:i + batch]
+            prompts = [target.encode(p["prompt"]) for p in chunk]
+            width = max(map(len, prompts))
+            ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=target.device)
+            att = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
+                               device=target.device)
+            gen = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new_tokens,
+                                 do_sample=False, pad_token_id=pad)
+            for p, prompt_ids, row in zip(chunk, prompts, gen[:, width:].tolist()):
+                resp = []
+                for t in row:
+                    resp.append(t)
+                    if t in target.eos_ids:
+                        break
+                f.write(json.dumps({"id": p["id"], "category": p["category"],
+                                    "prompt_ids": prompt_ids, "response_ids": resp}) + "\n")
+            f.flush()
+    raw = [d for d in done if d["category"] == "stdlib-source"]
+    if len(raw) < stdlib_chunks:
+        with path.open("a") as f:
+            for j, ids in enumerate(stdlib_source_chunks(tok, stdlib_chunks, seed)[len(raw):]):
+                f.write(json.dumps({"id": f"src-{len(raw) + j:05d}", "category": "stdlib-source",
+                                    "prompt_ids": [], "response_ids": ids}) + "\n")
+    return path
+
+
+def stdlib_source_chunks(tok, n: int, seed: int = 0, length: int = 192) -> list[list[int]]:
+    """n chunks of `length` tokens of raw standard-library source code."""
+    import difflib, json as js, textwrap, string, statistics, heapq  # noqa: E401 - stable sources
+    rng = random.Random(seed)
+    text = "\n".join(inspect.getsource(m) for m in (difflib, js.decoder, textwrap, string,
+                                                     statistics, heapq))
+    ids = tok.encode(text)
+    starts = sorted(rng.sample(range(0, len(ids) - length), n)) if n else []
+    return [ids[s:s + length] for s in starts]
+
+
+# --- stage 2: features ----------------------------------------------------------------------
+def build_features(target, responses: Path, out: Path = DATA_FILE, max_seqs: int | None = None,
+                   taps: tuple[int, ...] = TAPS) -> Path:
+    """Run the target over every sequence and write the shared feature file (atomically)."""
+    rows = [json.loads(x) for x in responses.read_text().splitlines()][:max_seqs]
+    tokens, loss, starts, split = [], [], [0], []
+    hs = {i: [] for i in taps}
+    top_ids, top_p = [], []
+    with torch.inference_mode():
+        for s, r in enumerate(tqdm(rows, desc="features", unit="seq")):
+            seq = r["prompt_ids"] + r["response_ids"]
+            out = target.model.model(input_ids=torch.tensor([seq], device=target.device),
+                                     output_hidden_states=True)
+            h_all = out.hidden_states
+            for i in taps:
+                h = out.last_hidden_state if i == target.n_layers else h_all[i]
+                hs[i].append(h[0].to(torch.float16).cpu())
+            p = torch.softmax(target.lm_head(out.last_hidden_state[0]).float(), -1)
+            v, ix = p.topk(TOPK, -1)
+            top_ids.append(ix.to(torch.int32).cpu())
+            top_p.append(v.to(torch.float16).cpu())
+            tokens += seq
+            loss += [0] * len(r["prompt_ids"]) + [1] * len(r["response_ids"])
+            starts.append(len(tokens))
+            split.append(int(is_heldout(s)))
+    tensors = {"tokens": torch.tensor(tokens, dtype=torch.int32),
+               "seq_starts": torch.tensor(starts, dtype=torch.int64),
+               "loss_mask": torch.tensor(loss, dtype=torch.uint8),
+               "split": torch.tensor(split, dtype=torch.uint8),
+               "topk_ids": torch.cat(top_ids), "topk_p": torch.cat(top_p)}
+    tensors |= {f"h{i}": torch.cat(v) for i, v in hs.items()}
+    meta = {"fingerprint": target.fingerprint, "target": target.model_id,
+            "taps": json.dumps(list(taps)), "topk": str(TOPK), "sequences": str(len(rows)),
+            "tokens": str(len(tokens)), "response_tokens": str(sum(loss)),
+            "heldout_sequences": str(sum(split))}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    save_file(tensors, str(tmp), metadata=meta)
+    os.replace(tmp, out)
+    return out
+
+
+# --- loading --------------------------------------------------------------------------------
+class TrainData:
+    """The shared feature file, with only the taps a drafter asks for held in memory.
+
+    A batch is a dict of [B, T(, ...)] tensors cut from random crops of random sequences:
+    tokens (long), loss_mask (float), topk_ids (long), topk_p (float), h{i} (float32), and
+    `valid` (float, 0 on padding after a short sequence's end).
+    """
+
+    def __init__(self, path: Path | str = DATA_FILE, taps: tuple[int, ...] = ()):
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"{path} not found; build it with: "
+                                    f"python -m specviz train --build-data")
+        with safe_open(str(path), framework="pt") as f:
+            self.meta = f.metadata()
+            self.tokens = f.get_tensor("tokens").long()
+            self.starts = f.get_tensor("seq_starts")
+            self.loss_mask = f.get_tensor("loss_mask").float()
+            self.split = f.get_tensor("split")
+            self.topk_ids = f.get_tensor("topk_ids").long()
+            self.topk_p = f.get_tensor("topk_p")
+            self.h = {i: f.get_tensor(f"h{i}") for i in taps}
+        self.fingerprint = self.meta["fingerprint"]
+        lens = (self.starts[1:] - self.starts[:-1]).tolist()
+        self.train_ids = [s for s in range(len(lens)) if not self.split[s] and lens[s] > 2]
+        self.heldout_ids = [s for s in range(len(lens)) if self.split[s] and lens[s] > 2]
+        self.lengths = lens
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    def sequences(self, heldout: bool = False) -> list[int]:
+        return self.heldout_ids if heldout else self.train_ids
+
+    def crop(self, s: int, start: int, length: int) -> dict[str, torch.Tensor]:
+        a = int(self.starts[s]) + start
+        b = min(a + length, int(self.starts[s + 1]))
+        sl = slice(a, b)
+        out = {"tokens": self.tokens[sl], "loss_mask": self.loss_mask[sl],
+               "topk_ids": self.topk_ids[sl], "topk_p": self.topk_p[sl].float(),
+               "valid": torch.ones(b - a)}
+        out |= {f"h{i}": h[sl].float() for i, h in self.h.items()}
+        return out
+
+    def batch(self, rng: np.random.Generator, batch_size: int, seq_len: int,
+              heldout: bool = False) -> dict[str, torch.Tensor]:
+        """batch_size random crops of at most seq_len tokens, right-padded (valid = 0)."""
+        ids = self.sequences(heldout)
+        crops = []
+        for _ in range(batch_size):
+            s = ids[int(rng.integers(len(ids)))]
+            start = int(rng.integers(max(1, self.lengths[s] - seq_len + 1)))
+            crops.append(self.crop(s, start, seq_len))
+        return collate(crops)
+
+    def vocab_by_mass(self, n: int, vocab: int) -> torch.Tensor:
+        """The n token ids (of a vocab-size target) with the most target probability mass plus
+        occurrences over the data, sorted by id: a reduced draft vocabulary (EAGLE-3's d2t in
+        id form)."""
+        mass = torch.zeros(vocab)
+        mass.index_add_(0, self.topk_ids.flatten(), self.topk_p.float().flatten())
+        mass.index_add_(0, self.tokens, torch.ones(len(self.tokens)))
+        return mass.topk(n).indices.sort().values
+
+
+def collate(crops: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    T = max(len(c["tokens"]) for c in crops)
+    out = {}
+    for k in crops[0]:
+        rows = []
+        for c in crops:
+            x = c[k]
+            pad = torch.zeros((T - len(x),) + tuple(x.shape[1:]), dtype=x.dtype)
+            rows.append(torch.cat([x, pad]))
+        out[k] = torch.stack(rows)
+    return out

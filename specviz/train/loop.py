@@ -1,0 +1,240 @@
+"""The one trainer every drafter uses.
+
+Boundary: optimisation, schedule, budgets, evaluation bookkeeping, checkpoints and shipping. A
+drafter plugs in with a `Trainable`:
+- `module`: the nn.Module whose parameters with requires_grad are trained (and checkpointed);
+- `taps`: target hidden_states indices it needs from the data file;
+- `loss(batch, generator) -> (loss, stats)`: one training loss on a TrainData batch;
+- `evaluate(batch) -> (hits [n, D] bool)`: for n held-out start positions, whether the drafter's
+  j-th draft token (drafting as at inference, tokens teacher-forced) equals the target's argmax;
+- `export() -> (tensors, config)` for drafters.weights.save, and `describe() -> str` for the card.
+
+AdamW, linear warmup then cosine decay over max(step/steps, elapsed/minutes); deterministic
+batches and noise (seeded by (seed, step)), so a resumed run sees the same batches. Checkpoints
+are safetensors (parameters and AdamW moments) plus a JSON of counters: nothing is unpickled.
+CUDA with bf16 autocast when present, CPU fp32 otherwise.
+"""
+from __future__ import annotations
+
+import json
+import math
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from specviz.drafters import weights
+from specviz.train.data import TrainData
+
+
+class Trainable(Protocol):
+    module: torch.nn.Module
+    taps: tuple[int, ...]
+
+    def loss(self, batch: dict, generator: torch.Generator) -> tuple[torch.Tensor, dict]: ...
+    def evaluate(self, batch: dict) -> torch.Tensor: ...
+    def export(self) -> tuple[dict[str, torch.Tensor], dict]: ...
+    def describe(self) -> str: ...
+
+
+@dataclass
+class TrainConfig:
+    drafter_id: str
+    minutes: float = 0.0
+    steps: int = 0
+    batch_size: int = 8
+    seq_len: int = 128
+    lr: float = 1e-3
+    min_lr_frac: float = 0.1
+    warmup: int = 50
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    eval_every: int = 200
+    eval_batches: int = 4
+    seed: int = 0
+    resume: bool = False
+    ship: bool = True
+    out_dir: str = "artifacts/train"
+
+    @property
+    def ckpt_dir(self) -> Path:
+        return Path(self.out_dir) / self.drafter_id
+
+
+def device_of() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def lr_at(cfg: TrainConfig, step: int, elapsed: float) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    prog = max(step / cfg.steps if cfg.steps else 0.0,
+               elapsed / (60 * cfg.minutes) if cfg.minutes else 0.0)
+    prog = min(1.0, prog)
+    floor = cfg.lr * cfg.min_lr_frac
+    return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * prog))
+
+
+def acceptance(hits: torch.Tensor) -> dict:
+    """hits [n, D] bool -> per-position acceptance (given all earlier accepted), the accuracy
+    of each position alone, and the simulated chain τ = 1 + E[leading hits]."""
+    lead = hits.long().cumprod(-1)                      # [n, D]: 1 while every draft so far hit
+    reached = torch.cat([torch.ones_like(lead[:, :1]), lead[:, :-1]], -1).sum(0).clamp(min=1)
+    return {"acc_per_position": [round(float(x), 4) for x in lead.sum(0) / reached],
+            "acc_unconditional": [round(float(x), 4) for x in hits.float().mean(0)],
+            "tau": round(1.0 + float(lead.sum(-1).float().mean()), 4), "n": int(hits.shape[0])}
+
+
+def evaluate(trainable: Trainable, data: TrainData, cfg: TrainConfig, dev: torch.device) -> dict:
+    rng = np.random.default_rng([cfg.seed, 999_983])     # the same held-out batches every time
+    trainable.module.eval()
+    hits = []
+    with torch.no_grad(), autocast(dev):
+        for _ in range(cfg.eval_batches):
+            batch = to(data.batch(rng, cfg.batch_size, cfg.seq_len, heldout=True), dev)
+            hits.append(trainable.evaluate(batch).cpu())
+    trainable.module.train()
+    return acceptance(torch.cat(hits))
+
+
+def autocast(dev: torch.device):
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda")
+
+
+def to(batch: dict, dev: torch.device) -> dict:
+    return {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
+
+
+# --- checkpoints ----------------------------------------------------------------------------
+def save_checkpoint(cfg: TrainConfig, params: dict[str, torch.nn.Parameter],
+                    opt: torch.optim.AdamW, state: dict) -> None:
+    cfg.ckpt_dir.mkdir(parents=True, exist_ok=True)
+    tensors = {f"param/{k}": p.detach().cpu().contiguous() for k, p in params.items()}
+    for k, p in params.items():
+        s = opt.state.get(p, {})
+        for name in ("exp_avg", "exp_avg_sq"):
+            if name in s:
+                tensors[f"{name}/{k}"] = s[name].detach().cpu().contiguous()
+        if "step" in s:
+            state.setdefault("adam_step", {})[k] = float(s["step"])
+    save_file(tensors, str(cfg.ckpt_dir / "ckpt.safetensors"))
+    (cfg.ckpt_dir / "ckpt.json").write_text(json.dumps(state, indent=1))
+
+
+def load_checkpoint(cfg: TrainConfig, params: dict[str, torch.nn.Parameter],
+                    opt: torch.optim.AdamW) -> dict | None:
+    path = cfg.ckpt_dir / "ckpt.safetensors"
+    if not path.exists():
+        return None
+    tensors = load_file(str(path))
+    state = json.loads((cfg.ckpt_dir / "ckpt.json").read_text())
+    for k, p in params.items():
+        with torch.no_grad():
+            p.copy_(tensors[f"param/{k}"].to(p))
+        if f"exp_avg/{k}" in tensors:
+            opt.state[p] = {"step": torch.tensor(state["adam_step"][k]),
+                            "exp_avg": tensors[f"exp_avg/{k}"].to(p),
+                            "exp_avg_sq": tensors[f"exp_avg_sq/{k}"].to(p)}
+    return state
+
+
+# --- the loop -------------------------------------------------------------------------------
+def train(trainable: Trainable, data: TrainData, cfg: TrainConfig, target=None) -> dict:
+    """Train until the step or time budget is spent; returns the final state dict."""
+    if not cfg.steps and not cfg.minutes:
+        raise ValueError("give a step budget, a time budget, or both")
+    dev = device_of()
+    torch.manual_seed(cfg.seed)
+    trainable.module.to(dev).train()
+    params = {k: p for k, p in trainable.module.named_parameters() if p.requires_grad}
+    decay = [p for k, p in params.items() if p.ndim >= 2]
+    no_decay = [p for k, p in params.items() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr,
+                            betas=(0.9, 0.95))
+    state = (load_checkpoint(cfg, params, opt) if cfg.resume else None) or {
+        "step": 0, "elapsed_s": 0.0, "tokens": 0, "evals": [], "config": asdict(cfg)}
+    log = (cfg.ckpt_dir / "log.jsonl")
+    cfg.ckpt_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter() - state["elapsed_s"]
+    budget_s = 60 * cfg.minutes if cfg.minutes else float("inf")
+    bar = tqdm(total=cfg.steps or None, initial=state["step"], desc=cfg.drafter_id, unit="step")
+
+    def done() -> bool:
+        return (cfg.steps and state["step"] >= cfg.steps) or \
+            time.perf_counter() - t_start >= budget_s
+
+    while not done():
+        step = state["step"]
+        lr = lr_at(cfg, step, time.perf_counter() - t_start)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        rng = np.random.default_rng([cfg.seed, step])
+        gen = torch.Generator(device=dev).manual_seed(cfg.seed * 1_000_003 + step)
+        batch = to(data.batch(rng, cfg.batch_size, cfg.seq_len), dev)
+        with autocast(dev):
+            loss, stats = trainable.loss(batch, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params.values(), cfg.grad_clip)
+        opt.step()
+        state["step"] = step + 1
+        state["tokens"] += int(batch["valid"].sum())
+        state["elapsed_s"] = time.perf_counter() - t_start
+        stats = {"loss": round(float(loss), 4), "lr": lr} | {
+            k: round(float(v), 4) for k, v in stats.items()}
+        bar.update(1)
+        bar.set_postfix(loss=stats["loss"])
+        with log.open("a") as f:
+            f.write(json.dumps({"step": state["step"], **stats}) + "\n")
+        if state["step"] % cfg.eval_every == 0:
+            state["evals"].append({"step": state["step"], **evaluate(trainable, data, cfg, dev)})
+            tqdm.write(f"[{cfg.drafter_id}] step {state['step']}: {state['evals'][-1]}")
+            save_checkpoint(cfg, params, opt, state)
+    bar.close()
+    state["final_eval"] = evaluate(trainable, data, cfg, dev)
+    state["final_loss"] = stats["loss"] if state["step"] else None
+    save_checkpoint(cfg, params, opt, state)
+    if cfg.ship and target is not None:
+        ship(trainable, data, cfg, state, target)
+    return {k: state[k] for k in ("step", "elapsed_s", "tokens", "final_eval")}
+
+
+def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, target) -> None:
+    """Write the drafter's weights to assets/ and its model card."""
+    tensors, config = trainable.export()
+    paths = weights.save(cfg.drafter_id, tensors, config, target.fingerprint)
+    n_params = sum(v.numel() for k, v in tensors.items() if v.is_floating_point())
+    dev = device_of()
+    hw = torch.cuda.get_device_name() if dev.type == "cuda" else \
+        f"CPU ({platform.processor() or platform.machine()}), {torch.get_num_threads()} thread(s)"
+    ev = state["final_eval"]
+    meta = data.meta
+    card = f"""# `{cfg.drafter_id}` drafter for {target.model_id}
+
+{trainable.describe()}
+
+| | |
+|---|---|
+| shipped parameters | {n_params:,} ({', '.join(f'{p.name} {p.stat().st_size / 2**20:.1f} MiB' for p in paths)}) |
+| target fingerprint | `{target.fingerprint}` |
+| training data | {meta['sequences']} sequences, {meta['tokens']} tokens ({meta['response_tokens']} response tokens) of target-generated answers to the offline instruction pool (`specviz/train/pool.py`); {len(data.heldout_ids)} sequences held out |
+| optimisation | AdamW lr {cfg.lr}, warmup {cfg.warmup}, cosine; batch {cfg.batch_size} x {cfg.seq_len} tokens; seed {cfg.seed} |
+| steps | {state['step']} ({state['tokens']:,} tokens seen) |
+| hardware | {hw} |
+| wall time | {state['elapsed_s'] / 60:.1f} min |
+| held-out acceptance by position (simulated, greedy) | {ev['acc_per_position']} |
+| held-out accuracy by position (each alone) | {ev['acc_unconditional']} |
+| held-out simulated chain τ | {ev['tau']} (n = {ev['n']} start positions) |
+
+Reproduce: `python -m specviz train --build-data --n-seqs {meta['sequences']}` then
+`python -m specviz train --drafter {cfg.drafter_id} --minutes {cfg.minutes} --steps {cfg.steps} \\
+--batch-size {cfg.batch_size} --seq-len {cfg.seq_len} --lr {cfg.lr}`.
+"""
+    weights.write_card(cfg.drafter_id, card)
