@@ -1,0 +1,130 @@
+"""Tree attention and KV-cache surgery of the Target wrapper, against plain recomputation.
+
+Boundary: `models.target.Target` on the tiny random Llama (fp32, CPU), in sdpa and eager
+attention. A tree forward (additive mask, positions past + depth) must give every node the
+logits (and features) of a causal forward over its root-to-node path; after `keep` (tree
+compaction to a possibly non-contiguous path) or `crop` (rollback), the next logits must equal
+those of a fresh forward over the accepted sequence. Tolerance 1e-5.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from specviz.engine.tree import DraftTree, paths
+from specviz.models.target import Target
+
+ATOL = 1e-5
+PROMPT = [812, 3304, 17, 906, 44, 2391, 5]
+
+#          0
+#       /  |  \
+#      1   2   3
+#     / \   \
+#    4   5   6
+#    |       |
+#    7       8
+TREE = DraftTree([PROMPT[-1], 101, 202, 303, 404, 505, 606, 707, 808],
+                 [-1, 0, 0, 0, 1, 1, 2, 4, 6])
+
+
+@pytest.fixture(scope="module", params=["sdpa", "eager"])
+def tt(request, tiny_target) -> Target:
+    """The tiny target with the attention implementation under test (a private copy, so the
+    shared session fixture is left as it was)."""
+    model = copy.deepcopy(tiny_target.model)
+    model.set_attn_implementation(request.param)
+    assert model.config._attn_implementation == request.param
+    return Target(model, tiny_target.tokenizer, f"tiny-{request.param}")
+
+
+def fresh(t: Target, tokens: list[int], taps: tuple[int, ...] = ()):
+    """Logits (and taps) of the last position of a causal forward over tokens from scratch."""
+    out = t.forward(tokens, t.new_cache(), taps=taps)
+    return out.logits[-1], {k: v[-1] for k, v in out.taps.items()}
+
+
+def prefilled(t: Target):
+    cache = t.new_cache()
+    t.forward(PROMPT[:-1], cache)
+    return cache
+
+
+def node_path(parents: list[int], i: int) -> list[int]:
+    """Node ids from depth 1 down to node i (empty for the root, already in PROMPT)."""
+    path = []
+    while i > 0:
+        path.append(i)
+        i = parents[i]
+    return path[::-1]
+
+
+def test_tree_forward_matches_per_path_causal_forwards(tt):
+    cache = prefilled(tt)
+    past = Target.cache_len(cache)
+    taps = (2, tt.n_layers)
+    out = tt.forward(TREE.tokens, cache, parents=TREE.parents, taps=taps)
+    assert out.logits.shape == (len(TREE), tt.vocab)
+    assert Target.cache_len(cache) == past + len(TREE)
+    for i in range(len(TREE)):
+        seq = PROMPT + [TREE.tokens[j] for j in node_path(TREE.parents, i)]
+        want, want_taps = fresh(tt, seq, taps)
+        torch.testing.assert_close(out.logits[i], want, atol=ATOL, rtol=0, msg=f"node {i}")
+        for k in taps:
+            torch.testing.assert_close(out.taps[k][i], want_taps[k], atol=ATOL, rtol=0)
+
+
+def test_tree_mask_matters(tt):
+    """The same tokens run as a causal chain give different logits at a sibling: the test above
+    would notice a mask that is silently ignored."""
+    chain = tt.forward(TREE.tokens, prefilled(tt)).logits
+    tree = tt.forward(TREE.tokens, prefilled(tt), parents=TREE.parents).logits
+    assert (chain[2] - tree[2]).abs().max() > 1e-3
+    torch.testing.assert_close(chain[1], tree[1], atol=ATOL, rtol=0)   # node 1 sees the same
+
+
+@pytest.mark.parametrize("path", [p for p in paths(TREE.parents)] + [[0, 2], [0], [0, 1]])
+def test_keep_compacts_to_accepted_path(tt, path):
+    cache = prefilled(tt)
+    past = Target.cache_len(cache)
+    tt.forward(TREE.tokens, cache, parents=TREE.parents)
+    Target.keep(cache, past, path)
+    assert Target.cache_len(cache) == past + len(path)
+    accepted = PROMPT + [TREE.tokens[i] for i in path[1:]]
+    nxt = 4242
+    got = tt.forward([nxt], cache).logits[-1]
+    torch.testing.assert_close(got, fresh(tt, accepted + [nxt])[0], atol=ATOL, rtol=0)
+
+
+def test_crop_rolls_back_a_chain(tt):
+    cache = prefilled(tt)
+    past = Target.cache_len(cache)
+    draft = [PROMPT[-1], 11, 12, 13, 14, 15]
+    tt.forward(draft, cache)
+    Target.crop(cache, past + 3)                    # root + 2 accepted drafts
+    assert Target.cache_len(cache) == past + 3
+    Target.crop(cache, past + 5)                    # cropping to a longer length is a no-op
+    assert Target.cache_len(cache) == past + 3
+    got = tt.forward([99], cache).logits[-1]
+    torch.testing.assert_close(got, fresh(tt, PROMPT + [11, 12, 99])[0], atol=ATOL, rtol=0)
+
+
+def test_several_tree_steps_stay_exact(tt):
+    """Three draft -> verify -> compact rounds, as the decode loop does them: the committed
+    sequence's next logits always equal a fresh forward's."""
+    cache = prefilled(tt)
+    committed = list(PROMPT)
+    for step, path in enumerate([[0, 2, 6, 8], [0, 3], [0, 1, 5]]):
+        tree = DraftTree([committed[-1], *(t + 1000 * step for t in TREE.tokens[1:])], TREE.parents)
+        past = Target.cache_len(cache)
+        assert past == len(committed) - 1
+        out = tt.forward(tree.tokens, cache, parents=tree.parents)
+        # the tree's own logits at the last accepted node are the committed sequence's
+        committed += [tree.tokens[i] for i in path[1:]]
+        torch.testing.assert_close(out.logits[path[-1]], fresh(tt, committed)[0], atol=ATOL, rtol=0)
+        Target.keep(cache, past, path)
+        committed.append(int(out.logits[path[-1]].argmax()))
+    got = tt.forward([committed[-1]], cache).logits[-1]
+    torch.testing.assert_close(got, fresh(tt, committed)[0], atol=ATOL, rtol=0)
