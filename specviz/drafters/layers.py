@@ -6,8 +6,9 @@ it passes as `prefix` (a drafter cache of committed positions, or injected targe
 DFlash), the position ids and the attention mask, so one layer serves autoregressive drafters
 (MTP, EAGLE) and block-parallel ones (DFlash, DSpark) alike.
 
-Shapes: x [b, n, d_in]; positions [n] (shared by the batch); keys/values [b, kv_heads, P, hd]
-after RoPE; mask [n, P + n] bool (True = may attend) or None (every query sees every key).
+Shapes: x [b, n, d_in]; positions [n] (shared by the batch) or [b, n]; keys/values
+[b, kv_heads, P, hd] after RoPE; mask [n, P + n] or [b, n, P + n] bool (True = may attend), or
+None (every query sees every key).
 """
 from __future__ import annotations
 
@@ -43,12 +44,14 @@ class LayerShape:
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotate-half RoPE (the Llama convention). x [b, h, n, hd], positions [n]."""
+    """Rotate-half RoPE (the Llama convention). x [b, h, n, hd], positions [n] or [b, n]."""
     hd = x.shape[-1]
     inv = 1.0 / theta ** (torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd)
-    ang = positions.to(torch.float32)[:, None] * inv[None]          # [n, hd/2]
+    ang = positions.to(torch.float32)[..., None] * inv               # [(b,) n, hd/2]
     cos = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype)
     sin = torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
+    if positions.dim() == 2:                                           # per-row positions
+        cos, sin = cos[:, None], sin[:, None]
     x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
@@ -97,7 +100,7 @@ class DecoderLayer(nn.Module):
         rep = s.heads // s.kv_heads
         attn = F.scaled_dot_product_attention(
             q, keys.repeat_interleave(rep, 1), values.repeat_interleave(rep, 1),
-            attn_mask=None if mask is None else mask.to(q.device))
+            attn_mask=None if mask is None else (mask if mask.dim() == 2 else mask[:, None]).to(q.device))
         b, _, n, _ = attn.shape
         h = (x if residual is None else residual) + self.o(attn.transpose(1, 2).reshape(b, n, -1))
         hn = self.post_norm(h)
@@ -110,3 +113,16 @@ def causal_mask(n: int, past: int, device=None) -> torch.Tensor:
     m[:, past:] = torch.ones(n, n, dtype=torch.bool, device=device).tril()
     return m
 
+
+
+TARGET_NAMES = {"input_norm": "input_layernorm", "post_norm": "post_attention_layernorm",
+                "q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
+                "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj",
+                "down": "mlp.down_proj"}
+
+
+@torch.no_grad()
+def copy_target_layer(layer: DecoderLayer, src: nn.Module) -> None:
+    """Initialise a drafter layer from a target (HF Llama) decoder layer of the same geometry."""
+    for mine, theirs in TARGET_NAMES.items():
+        getattr(layer, mine).weight.copy_(src.get_submodule(theirs).weight)
