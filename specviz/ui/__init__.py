@@ -1,0 +1,49 @@
+"""The Gradio app: five tabs wired to the engine (Playground, Compare) and to recorded traces
+(Learn, Replay), plus the model overview and the `/speculate` API.
+
+Boundary: `build(target)` returns the Blocks; theme and css are handed to `launch()` by app.py.
+The target is loaded once per process and shared; everything per user lives in gr.State.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+
+from specviz import strategies
+from specviz.ui import api, compare, guide, learn, playground, replay, session
+
+CSS = Path(__file__).resolve().parents[2] / "assets" / "app.css"
+THEME = gr.themes.Soft(primary_hue="indigo", secondary_hue="green")
+
+
+def build(target, gpu=lambda f: f) -> gr.Blocks:
+    """gpu: a decorator for functions that run the engine (spaces.GPU on a ZeroGPU Space)."""
+    unavailable = strategies.available(target)
+    with gr.Blocks(title="specviz — speculative decoding, step by step") as demo:
+        gr.Markdown("# specviz — see and measure speculative decoding\n"
+                    f"Target `{target.model_id}` on `{target.device}`. A drafter proposes "
+                    "tokens, the target verifies them all in one forward pass, and the output "
+                    "is exactly the target's.", elem_id="sv-title")
+        with gr.Tabs():
+            with gr.Tab("Playground", id="playground"):
+                playground.build(target, unavailable, gpu)
+            with gr.Tab("Compare", id="compare"):
+                compare.build(target, unavailable, gpu)
+            with gr.Tab("Learn", id="learn"):
+                learn.build()
+            with gr.Tab("Replay", id="replay"):
+                replay.build()
+            with gr.Tab("Models & guide", id="guide"):
+                guide.build(target, unavailable)
+        speculate, speculate_stream = api.make(target, gpu)
+        gr.api(speculate, api_name="speculate", concurrency_id="engine",
+               concurrency_limit=session.ENGINE_CONCURRENCY)
+        gr.api(speculate_stream, api_name="speculate_stream", concurrency_id="engine",
+               concurrency_limit=session.ENGINE_CONCURRENCY)
+    return demo
+
+
+def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = 7860, **kw) -> None:
+    demo.queue(default_concurrency_limit=8).launch(
+        server_name=host, server_port=port, theme=THEME, css_paths=[CSS], **kw)

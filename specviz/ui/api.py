@@ -1,0 +1,72 @@
+"""The documented API endpoints for gradio_client: `/speculate` (DESIGN.md §5) and its
+streaming twin `/speculate_stream`.
+
+Boundary: (prompt, strategy, max_new_tokens, temperature, seed) -> (final text, contract
+metrics). Errors are raised as gr.Error, which the client receives as a clear message.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterator
+
+import gradio as gr
+
+from specviz import metrics
+from specviz.events import Accepted, RunFinished
+from specviz.ui import session
+
+
+def make(target, gpu=lambda f: f):
+    """The endpoint functions, bound to the loaded target."""
+    @gpu
+    def speculate(prompt: str, strategy: str = "ngram", max_new_tokens: int = 64,
+                  temperature: float = 0.0, seed: int = 0) -> tuple[str, dict[str, Any]]:
+        """Generate with one strategy and return the text and its metrics.
+
+        Args:
+            prompt: the user message (the chat template is applied).
+            strategy: a strategy id, e.g. "ar" or "ngram" (see the Models & guide tab).
+            max_new_tokens: 1..4096 new tokens.
+            temperature: 0 for greedy; > 0 samples (lossless: the target's distribution).
+            seed: the sampling seed.
+        Returns:
+            the generated text, and the metrics: new_tokens, wall_s, tokens_per_s,
+            target_forwards, mean_accepted_length, acceptance_by_position, draft_s, verify_s
+            (plus other_s and stop_reason).
+        """
+        try:
+            req = session.prepare(target, prompt, strategy, None, max_new_tokens, temperature,
+                                  1.0, seed)
+            events = []
+            for events in session.stream(target, req, threading.Event(), every_s=3600):
+                pass
+        except session.UserError as exc:
+            raise gr.Error(str(exc)) from None
+        fin = events[-1]
+        assert isinstance(fin, RunFinished)
+        return fin.text, metrics.from_finished(fin)
+
+    @gpu
+    def speculate_stream(prompt: str, strategy: str = "ngram", max_new_tokens: int = 64,
+                         temperature: float = 0.0,
+                         seed: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Like /speculate, but streams (text so far, live metrics) a few times per second.
+
+        Args:
+            prompt: the user message (the chat template is applied).
+            strategy: a strategy id.
+            max_new_tokens: 1..4096 new tokens.
+            temperature: 0 for greedy.
+            seed: the sampling seed.
+        """
+        try:
+            req = session.prepare(target, prompt, strategy, None, max_new_tokens, temperature,
+                                  1.0, seed)
+            for events in session.stream(target, req, threading.Event()):
+                ids = [t for e in events if isinstance(e, Accepted) for t in e.new_tokens]
+                m = metrics.summarize(events)
+                yield target.decode(ids), {k: m[k] for k in metrics.CONTRACT_KEYS}
+        except session.UserError as exc:
+            raise gr.Error(str(exc)) from None
+
+    return speculate, speculate_stream

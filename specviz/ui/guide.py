@@ -1,0 +1,82 @@
+"""The Models & guide tab: what is loaded, each drafter's card and measured τ, and an honest
+strategy-selection guide (the seed articles' decision trees, corrected).
+
+Boundary: target facts + the registry + assets/<id>.md cards + τ from the shipped traces -> Markdown.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+
+from specviz import strategies
+from specviz.events import TraceError, read_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GUIDE = """
+### Which strategy when? (honest version)
+
+| situation | try first | why / caveat |
+|---|---|---|
+| the answer copies from the prompt (summaries, QA over a passage, code edits, RAG) | `ngram` | no training; near-free drafts when the text repeats. On open chat it rarely matches and falls back to plain steps. |
+| general chat, you can train a small head on the target | `eagle2` / `eagle3` | feature-level drafting has the highest acceptance per drafted token; EAGLE-3's fused multi-layer features need training-time test to stay accurate deep into the draft. |
+| you can only add a separate small model with the same tokenizer | `draft` | the classic; its forwards cost real time on CPU, so it only pays when the target is much larger than the draft. |
+| the target was trained with MTP modules (DeepSeek-V3 style) | `mtp` | reuse them; do not bolt MTP onto a model that was not trained with it. |
+| GPU serving where one wide forward costs about one narrow one | `peagle`, `dflash`, `dspark` | parallel / block drafting spends FLOPs to save sequential steps: it pays on a GPU, much less on a CPU, where verify cost grows with every token. |
+
+**Corrections to the source articles.**
+- Speculative decoding with proper verification is *lossless*: greedy output is identical to
+  plain decoding, and sampled output has exactly the target's distribution. It never trades
+  quality for speed; a method that does is not speculative decoding.
+- Speedup is not acceptance rate. It is τ (tokens per target forward) times the ratio of a
+  plain step's cost to a verify step's cost plus drafting. On a CPU a 16-token verify is
+  several times dearer than a 1-token step, so a high τ can still be slower than `ar`: measure.
+- "Five draft models plus an arbiter" is not MTP. Several drafters can be merged into one tree
+  and verified in one pass, losslessly; there is no arbiter that picks an answer.
+- A confidence head (DSpark, EAGLE-2's dynamic tree) does not change *what* is accepted; it only
+  decides how much to send to the target, trading wasted verify work against missed tokens.
+- Overlapping drafting with verification (two CUDA streams) and CUDA graphs are engine
+  features that help any strategy on a GPU; they are not drafting methods.
+"""
+
+
+def measured_tau() -> dict[str, list[float]]:
+    """τ of every shipped greedy trace, per strategy (the demos' own measurements)."""
+    out: dict[str, list[float]] = {}
+    for path in sorted((ROOT / "demos" / "traces").glob("*.jsonl")):
+        try:
+            events = read_trace(path)
+        except TraceError:
+            continue
+        out.setdefault(events[0].strategy, []).append(events[-1].mean_accepted_length)
+    return out
+
+
+def card(strategy: str) -> str:
+    path = ROOT / "assets" / f"{strategy}.md"
+    return path.read_text(encoding="utf-8") if path.is_file() else ""
+
+
+def overview(target, unavailable: dict[str, str | None]) -> str:
+    taus = measured_tau()
+    lines = [f"### Loaded target\n- model: `{target.model_id}`\n- device: `{target.device}`, "
+             f"dtype: `{str(target.dtype).replace('torch.', '')}`\n- context: {target.max_len} "
+             f"tokens, vocabulary {target.vocab}\n\n### Strategies"]
+    for sp in strategies.REGISTRY.values():
+        tau = taus.get(sp.id)
+        tau_s = (f"τ {min(tau):.2f}–{max(tau):.2f} on the shipped demo traces" if tau
+                 else "no shipped trace yet")
+        state = (f"unavailable: {unavailable[sp.id]}" if unavailable.get(sp.id) else "available")
+        lines.append(f"#### {sp.id} — {sp.label}\n{sp.summary}\n\n- {state}\n- {tau_s}"
+                     + (f"\n- caveat: {sp.caveat}" if sp.caveat else ""))
+        text = card(sp.id)
+        if text:
+            lines.append(f"<details><summary>model card</summary>\n\n{text}\n\n</details>")
+    return "\n\n".join(lines)
+
+
+def build(target, unavailable: dict[str, str | None]) -> None:
+    with gr.Row():
+        gr.Markdown(overview(target, unavailable), elem_id="guide-models")
+        gr.Markdown(GUIDE, elem_id="guide-strategies")

@@ -1,0 +1,150 @@
+"""The Playground tab: one prompt, one strategy and its settings, live per-step views.
+
+Boundary: form -> session.stream -> views.render. Stop sets the run's threading.Event (looked
+up by the browser session), so the engine stops at the next step boundary. Per-session state:
+the run's events and this session's measured `ar` speeds (for "speedup vs ar").
+"""
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import threading
+from typing import Any
+
+import gradio as gr
+
+from specviz import strategies
+from specviz.events import RunFinished, write_trace
+from specviz.ui import session, views
+from specviz.viz.panel import message_html
+
+DEFAULT_PROMPT = ("Here is a list: red, orange, yellow, green, blue, indigo, violet. "
+                  "Repeat the list exactly.")
+_cancels: dict[str, threading.Event] = {}
+
+
+def cancel_for(request: gr.Request | None) -> threading.Event:
+    """A fresh cancel flag for this browser session's run (replacing its previous one)."""
+    ev = threading.Event()
+    key = getattr(request, "session_hash", None)
+    if key:
+        _cancels[key] = ev
+    return ev
+
+
+def stop(request: gr.Request) -> str:
+    ev = _cancels.get(getattr(request, "session_hash", None))
+    if ev is None or ev.is_set():
+        return message_html("Nothing is running.", "info")
+    ev.set()
+    return message_html("Stopping at the end of this step…", "info")
+
+
+def strategy_choices(unavailable: dict[str, str | None]) -> list[tuple[str, str]]:
+    return [(f"{sp.id} — {sp.label}" + (" (unavailable)" if unavailable.get(sp.id) else ""), sp.id)
+            for sp in strategies.REGISTRY.values()]
+
+
+def settings_rows(strategy: str) -> list[list[str]]:
+    s = strategies.parse_settings(strategy) if strategy in strategies.REGISTRY else None
+    return [[k, str(v)] for k, v in strategies.settings_dict(s).items()] or [["(none)", ""]]
+
+
+def overrides(rows: Any) -> dict[str, str]:
+    rows = rows.values.tolist() if hasattr(rows, "values") else rows or []
+    return {str(k): str(v) for k, v in rows if k and k != "(none)"}
+
+
+def strategy_help(strategy: str, unavailable: dict[str, str | None]) -> str:
+    sp = strategies.REGISTRY.get(strategy)
+    if sp is None:
+        return ""
+    text = f"**{sp.id}**: {sp.summary}"
+    if sp.caveat:
+        text += f"\n\n*Caveat:* {sp.caveat}"
+    if unavailable.get(strategy):
+        text += f"\n\n**Unavailable:** {unavailable[strategy]}"
+    return text
+
+
+def ar_key(req: session.Request) -> str:
+    """Same prompt and generation settings -> same key (the `ar` reference to compare with)."""
+    return hashlib.sha1(repr((req.prompt_ids, req.gen)).encode()).hexdigest()
+
+
+def save_trace(events) -> str | None:
+    if not events or not isinstance(events[-1], RunFinished):
+        return None
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", prefix="specviz-trace-",
+                                     delete=False) as fh:
+        pass
+    write_trace(events, fh.name)
+    return fh.name
+
+
+def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
+    with gr.Row():
+        with gr.Column(scale=2):
+            prompt = gr.Textbox(DEFAULT_PROMPT, lines=3, label="prompt", elem_id="pg-prompt")
+            with gr.Row():
+                run_btn = gr.Button("Run", variant="primary", elem_id="pg-run")
+                stop_btn = gr.Button("Stop", variant="stop", elem_id="pg-stop")
+                trace_file = gr.File(label="trace (JSONL)", elem_id="pg-trace", height=60)
+        with gr.Column(scale=1):
+            strategy = gr.Dropdown(strategy_choices(unavailable), value="ngram", label="strategy",
+                                   elem_id="pg-strategy")
+            about = gr.Markdown(strategy_help("ngram", unavailable))
+            chat = gr.Checkbox(True, label="chat template")
+            with gr.Accordion("settings", open=False):
+                settings = gr.Dataframe(settings_rows("ngram"), headers=["setting", "value"],
+                                        datatype=["str", "str"], static_columns=[0],
+                                        type="array", label="strategy settings",
+                                        elem_id="pg-settings")
+                max_new = gr.Number(128, label="max new tokens", precision=0,
+                                    elem_id="pg-max-new")
+                temperature = gr.Number(0.0, label="temperature (0 = greedy)",
+                                        elem_id="pg-temperature")
+                top_p = gr.Number(1.0, label="top-p")
+                seed = gr.Number(0, label="seed", precision=0)
+    message = gr.HTML(elem_id="pg-message")
+    v = views.layout("pg")
+    events_state = gr.State([])
+    ar_speeds = gr.State({})      # ar_key -> ar tokens/s measured in this session
+    ref = gr.State(None)          # the shown run's ar tokens/s, if measured
+
+    strategy.change(lambda s: (settings_rows(s), strategy_help(s, unavailable)), strategy,
+                    [settings, about], queue=False)
+
+    @gpu
+    def go(prompt, chat, strategy, rows, max_new, temperature, top_p, seed, ar_speeds,
+           request: gr.Request):
+        cancel = cancel_for(request)
+        try:
+            req = session.prepare(target, prompt, strategy, overrides(rows), max_new, temperature,
+                                  top_p, seed, chat)
+            key = ar_key(req)
+            events = []
+            yield [message_html("Running…", "info"), *views.render([], None),
+                   [], ar_speeds, None, None]
+            for events in session.stream(target, req, cancel):
+                yield [gr.skip(), *views.render(events, None, ar_speeds.get(key)), events,
+                       ar_speeds, gr.skip(), gr.skip()]
+            fin = events[-1] if events else None
+            if strategy == "ar" and isinstance(fin, RunFinished) and fin.stop_reason != "cancelled":
+                ar_speeds = ar_speeds | {key: fin.tokens_per_s}
+            note = "Stopped." if fin and fin.stop_reason == "cancelled" else ""
+            yield [message_html(note, "info") if note else "",
+                   *views.render(events, None, ar_speeds.get(key)), events, ar_speeds,
+                   ar_speeds.get(key), save_trace(events)]
+        except session.UserError as exc:
+            yield [message_html(str(exc)), *[gr.skip()] * (len(v.outputs) + 4)]
+
+    run_btn.click(go, [prompt, chat, strategy, settings, max_new, temperature, top_p, seed,
+                       ar_speeds],
+                  [message, *v.outputs, events_state, ar_speeds, ref, trace_file],
+                  concurrency_id="engine", concurrency_limit=session.ENGINE_CONCURRENCY, api_visibility="private")
+    stop_btn.click(stop, None, message, queue=False, api_visibility="private")
+    v.slider.release(lambda ev, s, r: views.render(ev, s, r)[:-1] if ev else [gr.skip()] * 6,
+                     [events_state, v.slider, ref], v.outputs[:-1], queue=False,
+                     api_visibility="private")
+

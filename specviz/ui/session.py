@@ -1,0 +1,142 @@
+"""Engine glue for the UI: build a request from form values, run it off the event loop, race lanes.
+
+Boundary: form values -> (prompt ids, GenSettings, drafter); engine runs in a worker thread that
+pushes events to a queue, so rendering never slows the engine's clock; user-facing errors become
+one-line `UserError`s. No Gradio components here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+
+from specviz import metrics, strategies
+from specviz.drafters.base import DrafterUnavailable
+from specviz.engine.decode import BadRequest, GenSettings, run
+from specviz.events import Event, KVUpdated, RunFinished
+
+ENGINE_CONCURRENCY = 2   # engine runs at once per process (Gradio concurrency_id "engine")
+
+
+class UserError(Exception):
+    """A problem the page shows as a message; the session goes on."""
+
+
+@dataclass
+class Request:
+    strategy: str
+    prompt_ids: list[int]
+    gen: GenSettings
+    drafter: Any
+    settings: Any
+
+
+def prepare(target, prompt: str, strategy: str, overrides: dict[str, Any] | None,
+            max_new_tokens: Any, temperature: Any, top_p: Any = 1.0, seed: Any = 0,
+            chat: bool = True) -> Request:
+    """Validate form values and build a request; every failure is a UserError with the fix."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise UserError("Enter a prompt first.")
+    try:
+        gen = GenSettings(max_new_tokens=int(max_new_tokens), temperature=float(temperature),
+                          top_p=float(top_p), seed=int(seed))
+        gen.check()
+        settings = strategies.parse_settings(strategy, overrides)
+        drafter = strategies.drafter_for(target, strategy, settings)
+    except strategies.UnknownStrategy as exc:
+        raise UserError(str(exc)) from None
+    except DrafterUnavailable as exc:
+        raise UserError(f"{strategy} is unavailable: {exc}") from None
+    except (BadRequest, ValueError, TypeError) as exc:
+        raise UserError(f"Bad settings: {exc}") from None
+    ids = target.encode(prompt, chat=chat)
+    if len(ids) + 1 >= target.max_len:
+        raise UserError(f"The prompt has {len(ids)} tokens; the model's context is "
+                        f"{target.max_len} tokens. Shorten it.")
+    return Request(strategy, ids, gen, drafter, settings)
+
+
+def events_of(target, req: Request, cancel: threading.Event | None = None) -> Iterator[Event]:
+    return run(target, req.prompt_ids, req.gen, req.drafter, strategy=req.strategy,
+               strategy_settings=strategies.settings_dict(req.settings),
+               drafter_id=req.strategy if req.drafter else None, cancel=cancel)
+
+
+def _friendly(exc: BaseException) -> UserError:
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return UserError("Out of memory: try fewer new tokens, a smaller tree or draft budget, "
+                         "or a smaller model.")
+    if isinstance(exc, BadRequest):
+        return UserError(str(exc))
+    return UserError(f"The run failed: {type(exc).__name__}: {exc}")
+
+
+def stream(target, req: Request, cancel: threading.Event,
+           every_s: float = 0.25) -> Iterator[list[Event]]:
+    """Run in a worker thread; yield the events so far after the first step, then at most every
+    `every_s` seconds at a step boundary, and once at the end. Closing the iterator cancels."""
+    q: queue.Queue = queue.Queue()
+
+    def work() -> None:
+        try:
+            for e in events_of(target, req, cancel):
+                q.put(e)
+        except BaseException as exc:  # noqa: BLE001 - surfaced to the page as a message
+            q.put(exc)
+        q.put(None)
+
+    threading.Thread(target=work, daemon=True, name="specviz-run").start()
+    events: list[Event] = []
+    last = 0.0
+    try:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise _friendly(item)
+            events.append(item)
+            now = time.perf_counter()
+            first = isinstance(item, KVUpdated) and item.step == 1
+            if isinstance(item, RunFinished) or first or (
+                    isinstance(item, KVUpdated) and now - last >= every_s and q.empty()):
+                last = now
+                yield list(events)
+    finally:
+        cancel.set()
+
+
+def race(target, reqs: list[Request], cancel: threading.Event) -> Iterator[dict[str, list[Event]]]:
+    """Advance several runs one step each in turn (lanes side by side), on the calling thread.
+
+    Each lane's clock counts only its own work: the time a lane spends suspended while the
+    others step is subtracted from its event times, and its totals are recomputed from them.
+    """
+    gens = {r.strategy: events_of(target, r, cancel) for r in reqs}
+    runs: dict[str, list[Event]] = {sid: [] for sid in gens}
+    paused = {sid: 0.0 for sid in gens}
+    left_at: dict[str, float] = {}
+    try:
+        while gens:
+            for sid in list(gens):
+                if sid in left_at:
+                    paused[sid] += time.perf_counter() - left_at[sid]
+                for e in gens[sid]:
+                    e = dataclasses.replace(e, t=max(0.0, e.t - paused[sid]))
+                    if isinstance(e, RunFinished):
+                        e = metrics.finish(runs[sid], e.stop_reason, e.text, e.t)
+                        del gens[sid]
+                    runs[sid].append(e)
+                    if isinstance(e, (KVUpdated, RunFinished)):
+                        break
+                left_at[sid] = time.perf_counter()
+            yield runs
+    except Exception as exc:  # noqa: BLE001
+        raise _friendly(exc) from None
+    finally:
+        cancel.set()

@@ -1,0 +1,87 @@
+"""The step views shared by Playground and Replay: components, and events -> their values.
+
+Boundary: one function lays the views out, one renders them for (events, step); both tabs use
+the same pair, so a replayed trace looks exactly like a live run.
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+import plotly.io as pio
+
+from specviz.events import Event, RunFinished
+from specviz.viz.charts import acceptance_figure, confidence_figure, kv_figure
+from specviz.viz.panel import metrics_html, run_metrics
+from specviz.viz.steps import events_upto, fold
+from specviz.viz.tokens import tokens_html
+from specviz.viz.tree import tree_figure
+
+
+@dataclass
+class Views:
+    metrics: gr.HTML
+    tokens: gr.HTML
+    tree: gr.Plot
+    acceptance: gr.Plot
+    confidence: gr.Plot
+    kv: gr.Plot
+    slider: gr.Slider
+
+    @property
+    def outputs(self) -> list:
+        return [self.metrics, self.tokens, self.tree, self.acceptance, self.confidence, self.kv,
+                self.slider]
+
+
+def layout(prefix: str) -> Views:
+    """Create the view components inside the current Blocks context."""
+    metrics = gr.HTML(elem_id=f"{prefix}-metrics")
+    slider = gr.Slider(0, 1, value=0, step=1, label="step", elem_id=f"{prefix}-step",
+                       interactive=True)
+    tokens = gr.HTML(elem_id=f"{prefix}-tokens", elem_classes=["sv-tokens-box"])
+    with gr.Row():
+        tree = gr.Plot(label="draft tree", elem_id=f"{prefix}-tree")
+        confidence = gr.Plot(label="confidence prefix", elem_id=f"{prefix}-confidence")
+    with gr.Row():
+        acceptance = gr.Plot(label="accept / reject", elem_id=f"{prefix}-acceptance")
+        kv = gr.Plot(label="KV cache", elem_id=f"{prefix}-kv")
+    return Views(metrics, tokens, tree, acceptance, confidence, kv, slider)
+
+
+def figures(events: list[Event], step: int | None) -> dict[str, Any]:
+    view = fold(events)
+    last = view.steps[-1].step if view.steps else 0
+    step = last if step is None else max(0, min(int(step), last))
+    cur = next((s for s in view.steps if s.step == step), None)
+    return {"view": view, "step": step, "last": last,
+            "tree": tree_figure(cur, f"Draft tree, step {step}" if cur else "Draft tree"),
+            "acceptance": acceptance_figure(view, step),
+            "confidence": confidence_figure(cur),
+            "kv": kv_figure(view, step)}
+
+
+def render(events: list[Event], step: int | None = None, ar_tps: float | None = None,
+           status: str = "") -> list:
+    """Values for Views.outputs: the run up to `step` (None: the latest step, following live)."""
+    f = figures(events, step)
+    m = run_metrics(events_upto(events, f["step"]))
+    if not status and events and isinstance(events[-1], RunFinished):
+        status = f"finished: {events[-1].stop_reason}"
+    return [metrics_html(m, ar_tps, status), tokens_html(f["view"], f["step"]), f["tree"],
+            f["acceptance"], f["confidence"], f["kv"],
+            gr.Slider(minimum=min(1, f["last"]), maximum=max(1, f["last"]), value=f["step"])]
+
+
+def export_figures(events: list[Event], step: int | None) -> str:
+    """One standalone HTML file (plotly.js inlined, works offline) with the step's figures."""
+    f = figures(events, step)
+    parts = [pio.to_html(f[k], full_html=False, include_plotlyjs=(i == 0))
+             for i, k in enumerate(("tree", "acceptance", "confidence", "kv"))]
+    with tempfile.NamedTemporaryFile("w", suffix=f"-step{f['step']}.html", delete=False,
+                                     encoding="utf-8", prefix="specviz-figures-") as fh:
+        fh.write("<html><head><meta charset='utf-8'></head><body>" + "".join(parts) +
+                 "</body></html>")
+    return fh.name
