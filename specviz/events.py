@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -144,9 +146,31 @@ def to_dict(event: Event) -> dict[str, Any]:
 def _check_finite(value: Any, where: str) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise TraceError(f"{where}: non-finite number {value!r}")
-    if isinstance(value, list):
-        for v in value:
+    if isinstance(value, (list, dict)):  # settings is a dict, possibly nested
+        for v in (value.values() if isinstance(value, dict) else value):
             _check_finite(v, where)
+
+
+def _conforms(value: Any, hint: Any) -> bool:
+    """Whether a JSON value fits a field annotation (int, float, str, bool, None, Any, list[X],
+    dict[str, Any] and unions of these: all the events use). JSON ints are valid floats."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (types.UnionType, typing.Union):
+        return any(_conforms(value, a) for a in args)
+    if origin is list:
+        return isinstance(value, list) and all(_conforms(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_conforms(k, args[0]) and _conforms(v, args[1])
+                                               for k, v in value.items())
+    if hint is type(None):
+        return value is None
+    if isinstance(value, bool):  # bool is an int subclass; only a bool field takes it
+        return hint is bool
+    if hint is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, hint)
 
 
 def from_dict(d: Any, where: str = "event") -> Event:
@@ -166,8 +190,11 @@ def from_dict(d: Any, where: str = "event") -> Event:
         raise TraceError(f"{where}: {kind} has unknown fields {sorted(unknown)}")
     if missing:
         raise TraceError(f"{where}: {kind} lacks fields {sorted(missing)}")
+    hints = typing.get_type_hints(cls)
     for k, v in body.items():
         _check_finite(v, f"{where}: {kind}.{k}")
+        if not _conforms(v, hints[k]):
+            raise TraceError(f"{where}: {kind}.{k} should be {_type_name(hints[k])}, got {v!r:.60}")
     if cls is RunStarted and body.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
         raise TraceError(f"{where}: trace schema version {body.get('schema')!r} is not supported "
                          f"(this specviz reads version {SCHEMA_VERSION})")
@@ -175,6 +202,11 @@ def from_dict(d: Any, where: str = "event") -> Event:
         return cls(**body)
     except TypeError as exc:  # pragma: no cover - guarded by the field checks above
         raise TraceError(f"{where}: {exc}") from None
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) if typing.get_origin(hint) is None else \
+        str(hint).replace("typing.", "")
 
 
 def dumps(event: Event) -> str:

@@ -19,6 +19,7 @@ def acceptance_by_position(events: Iterable[Event]) -> list[float]:
     offered: list[int] = []
     hit: list[int] = []
     depths: list[int] = []
+    deepest = 0
     for e in events:
         if isinstance(e, DraftProposed):
             depths = e.depths
@@ -30,6 +31,9 @@ def acceptance_by_position(events: Iterable[Event]) -> list[float]:
             for j in range(deepest):
                 offered[j] += 1
         elif isinstance(e, Accepted):
+            if e.n_accepted > deepest:  # only a hand-edited trace gets here
+                raise TraceError(f"step {e.step}: {e.n_accepted} tokens accepted from a draft "
+                                 f"verified to depth {deepest}")
             for j in range(e.n_accepted):
                 hit[j] += 1
     return [h / o if o else 0.0 for h, o in zip(hit, offered)]
