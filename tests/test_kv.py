@@ -4,7 +4,8 @@ Boundary: `models.target.Target` on the tiny random Llama (fp32, CPU), in sdpa a
 attention. A tree forward (additive mask, positions past + depth) must give every node the
 logits (and features) of a causal forward over its root-to-node path; after `keep` (tree
 compaction to a possibly non-contiguous path) or `crop` (rollback), the next logits must equal
-those of a fresh forward over the accepted sequence. Tolerance 1e-5.
+those of a fresh forward over the accepted sequence; and the decode loop, fed a tree whose
+accepted paths skip nodes, reproduces plain greedy decoding. Tolerance 1e-5.
 """
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ import copy
 import pytest
 import torch
 
+from specviz import events as ev
+from specviz.engine import decode
+from specviz.engine.decode import GenSettings
 from specviz.engine.tree import DraftTree, paths
 from specviz.models.target import Target
 
@@ -128,3 +132,44 @@ def test_several_tree_steps_stay_exact(tt):
         committed.append(int(out.logits[path[-1]].argmax()))
     got = tt.forward([committed[-1]], cache).logits[-1]
     torch.testing.assert_close(got, fresh(tt, committed)[0], atol=ATOL, rtol=0)
+
+
+class OracleTreeDrafter:
+    """Knows the target's greedy continuation `ref`; drafts root -> [wrong, right -> [wrong,
+    right -> right]], so every accepted path skips nodes and the loop must compact the cache."""
+
+    taps = ()
+
+    def __init__(self, prompt: list[int], ref: list[int], vocab: int):
+        self.prompt, self.ref, self.vocab = prompt, ref, vocab
+
+    def start(self, prompt_ids, feats):
+        return {"n": len(prompt_ids)}
+
+    def draft(self, state, root, sp, generator) -> DraftTree:
+        i = state["n"] - len(self.prompt)
+        right = self.ref[i:i + 3]
+        wrong = [(t + 1) % self.vocab for t in right]
+        return DraftTree([root, wrong[0], right[0], wrong[1], right[1], right[2]],
+                         [-1, 0, 0, 2, 2, 4])
+
+    def commit(self, state, tokens, feats):
+        state["n"] += len(tokens)
+
+    def cache_len(self, state):
+        return None
+
+
+def test_decode_loop_with_tree_compaction_equals_ar(tt):
+    def new_tokens(events):
+        return [t for e in events if isinstance(e, ev.Accepted) for t in e.new_tokens]
+
+    n = 10
+    ref = new_tokens(decode.run(tt, PROMPT, GenSettings(max_new_tokens=n + 3)))
+    drafter = OracleTreeDrafter(PROMPT, ref, tt.vocab)
+    events = list(decode.run(tt, PROMPT, GenSettings(max_new_tokens=n), drafter))
+    assert new_tokens(events) == ref[:n]
+    assert [e.path for e in events if isinstance(e, ev.Accepted)] == [[0, 2, 4, 5]] * 2 + [[0, 2]]
+    first_kv = next(e for e in events if isinstance(e, ev.KVUpdated))
+    past = len(PROMPT) - 1
+    assert first_kv.kept == [past + i for i in (0, 2, 4, 5)] and first_kv.target_after == past + 4
