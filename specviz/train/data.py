@@ -33,6 +33,11 @@ TAPS = (2, 15, 27, 28, 30)   # EAGLE-3: 2,15,27; DFlash/DSpark: 2,15,28; EAGLE-1
 TOPK = 64
 DATA_DIR = Path("artifacts/train")
 DATA_FILE = DATA_DIR / "data.safetensors"
+def taps_for(n_layers: int) -> tuple[int, ...]:
+    """The taps TAPS generalised to any depth (low, mid, L-3, L-2, final)."""
+    return tuple(sorted({2, n_layers // 2, n_layers - 3, n_layers - 2, n_layers}))
+
+
 HELDOUT_EVERY = 20           # sequence s is held out when s % 20 == 7 (5%)
 
 
@@ -94,22 +99,22 @@ def stdlib_source_chunks(tok, n: int, seed: int = 0, length: int = 192) -> list[
 
 # --- stage 2: features ----------------------------------------------------------------------
 def build_features(target, responses: Path, out: Path = DATA_FILE, max_seqs: int | None = None,
-                   taps: tuple[int, ...] = TAPS) -> Path:
+                   taps: tuple[int, ...] | None = None) -> Path:
     """Run the target over every sequence and write the shared feature file (atomically)."""
     rows = [json.loads(x) for x in responses.read_text().splitlines()][:max_seqs]
+    taps = taps or taps_for(target.n_layers)
     tokens, loss, starts, split = [], [], [0], []
     hs = {i: [] for i in taps}
     top_ids, top_p = [], []
     with torch.inference_mode():
         for s, r in enumerate(tqdm(rows, desc="features", unit="seq")):
             seq = r["prompt_ids"] + r["response_ids"]
-            out = target.model.model(input_ids=torch.tensor([seq], device=target.device),
-                                     output_hidden_states=True)
-            h_all = out.hidden_states
+            o = target.model.model(input_ids=torch.tensor([seq], device=target.device),
+                                   output_hidden_states=True)
             for i in taps:
-                h = out.last_hidden_state if i == target.n_layers else h_all[i]
+                h = o.last_hidden_state if i == target.n_layers else o.hidden_states[i]
                 hs[i].append(h[0].to(torch.float16).cpu())
-            p = torch.softmax(target.lm_head(out.last_hidden_state[0]).float(), -1)
+            p = torch.softmax(target.lm_head(o.last_hidden_state[0]).float(), -1)
             v, ix = p.topk(TOPK, -1)
             top_ids.append(ix.to(torch.int32).cpu())
             top_p.append(v.to(torch.float16).cpu())

@@ -187,7 +187,7 @@ def train(trainable: Trainable, data: TrainData, cfg: TrainConfig, target=None) 
         state["step"] = step + 1
         state["tokens"] += int(batch["valid"].sum())
         state["elapsed_s"] = time.perf_counter() - t_start
-        stats = {"loss": round(float(loss), 4), "lr": lr} | {
+        stats = {"loss": round(loss.item(), 4), "lr": lr} | {
             k: round(float(v), 4) for k, v in stats.items()}
         bar.update(1)
         bar.set_postfix(loss=stats["loss"])
