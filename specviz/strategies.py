@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from specviz.drafters.base import Drafter, DrafterUnavailable
+from specviz.drafters.dflash import DFlashSettings, build_dflash
+from specviz.drafters.dspark import DSparkSettings, build_dspark
+from specviz.drafters.mtp import MtpSettings, build_mtp
+from specviz.drafters.draft_lm import DraftSettings, build as build_draft
+from specviz.drafters.eagle import Eagle2Settings, build_eagle1, build_eagle2
+from specviz.drafters.eagle3 import Eagle3Settings, build as build_eagle3
 from specviz.drafters.ngram import NgramDrafter, NgramSettings
+from specviz.drafters.peagle import PEagleSettings, build as build_peagle
 
 
 class UnknownStrategy(ValueError):
@@ -46,6 +53,57 @@ REGISTRY: dict[str, StrategySpec] = {s.id: s for s in [
                  NgramSettings, _ngram,
                  caveat="Shines when the answer copies from the prompt (summaries, QA over a "
                         "passage, code edits); gains little on open-ended chat."),
+    StrategySpec("draft", "Draft model",
+                 "A separate 2-layer Llama with the target's tokenizer, embedding and LM head, "
+                 "distilled from the target; drafts a chain of gamma tokens with its own KV cache.",
+                 DraftSettings, build_draft,
+                 caveat="Trained at reduced scale on CPU (see assets/draft.md)."),
+    StrategySpec("eagle1", "EAGLE-1 (static tree)",
+                 "A feature head: fc(cat(embedding, target last feature)) -> one decoder layer "
+                 "predicts the next feature; the target's LM head turns it into tokens. Drafts "
+                 "a fixed 20-node tree of top-ranked children.",
+                 None, build_eagle1,
+                 caveat="Trained at reduced scale on CPU (see assets/eagle1.md)."),
+    StrategySpec("eagle2", "EAGLE-2 (dynamic tree)",
+                 "The EAGLE-1 head with EAGLE-2's dynamic tree: expand the top_k most likely "
+                 "paths for depth levels, keep the total_tokens best nodes by cumulative draft "
+                 "probability.",
+                 Eagle2Settings, build_eagle2,
+                 caveat="Same weights as eagle1 (see assets/eagle1.md)."),
+    StrategySpec("eagle3", "EAGLE-3",
+                 "Three fused target layers (low, mid, high), direct token prediction over a "
+                 "reduced draft vocabulary, trained with training-time test; dynamic tree or "
+                 "chain (mode).",
+                 Eagle3Settings, build_eagle3,
+                 caveat="Trained at reduced scale on CPU (see assets/eagle3.md)."),
+    StrategySpec("peagle", "P-EAGLE (parallel drafting)",
+                 "EAGLE-3 features and a 2-layer drafter that proposes k tokens in ONE forward: "
+                 "the real feature at the first position, a learned hidden state and mask "
+                 "embedding at the others.",
+                 PEagleSettings, build_peagle,
+                 caveat="Trained at reduced scale on CPU (see assets/peagle.md)."),
+    StrategySpec("mtp", "MTP (DeepSeek-V3 style)",
+                 "One multi-token-prediction module on the target's last hidden state: "
+                 "cat(embedding, hidden) -> one transformer block -> the shared LM head, reused "
+                 "autoregressively for gamma drafts.",
+                 MtpSettings, build_mtp,
+                 caveat="Post-trained here on a frozen target; real MTP (DeepSeek-V3) is trained "
+                        "jointly with the model and accepts far more."),
+    StrategySpec("dflash", "DFlash (block-parallel)",
+                 "Fused features of target layers 1, 14, 27 injected as keys/values into the "
+                 "drafter; one non-causal forward over [anchor, MASK x (B-1)] drafts a whole "
+                 "block. block_size picks the model (8 or 16); window limits the context.",
+                 DFlashSettings, build_dflash,
+                 caveat="Trained at reduced scale on CPU: acceptance falls off quickly after the "
+                        "first few block positions."),
+    StrategySpec("dspark", "DSpark (block + Markov + confidence)",
+                 "DFlash-style block drafter whose anchor also predicts, a Markov head "
+                 "(previous token -> logit bias) sampled left to right, and a calibrated "
+                 "confidence head: the draft is cut where the prefix survival a_j falls below "
+                 "the threshold, decided before the token is looked at.",
+                 DSparkSettings, build_dspark,
+                 caveat="Trained at reduced scale on CPU; markov=false is the backbone-only "
+                        "ablation (its confidences are then no longer calibrated)."),
 ]}
 
 _cache: dict[tuple, Drafter] = {}

@@ -23,6 +23,10 @@ TRAINERS = {
     "eagle1": "specviz.drafters.eagle:trainable",
     "eagle3": "specviz.drafters.eagle3:trainable",
     "peagle": "specviz.drafters.peagle:trainable",
+    "mtp": "specviz.train.mtp:mtp",
+    "dflash-b8": "specviz.train.blocks:dflash_b8",
+    "dflash-b16": "specviz.train.blocks:dflash_b16",
+    "dspark": "specviz.train.blocks:dspark",
 }
 ALIASES = {"eagle2": "eagle1"}   # same weights
 

@@ -1,0 +1,125 @@
+"""DSpark: a DFlash backbone whose anchor is also a prediction position, plus a Markov head, a
+calibrated confidence head and confidence-prefix truncation (ALGORITHMS.md §6).
+
+Boundary: the heads and the single-request drafting policy. Block row k (k = 0..γ-1, the anchor
+is row 0) drafts x_{k+1}:
+  p_k = softmax(U_k + B(x_k)),  B(x) = W2 · W1[x]    (Markov head on a reduced vocabulary:
+                                                       W1 rows for `vocab` tokens + one "other"
+                                                       row, W2 adds a bias to `vocab` logits only)
+  c_k = σ((wᵀ[h_k ; W1[x_k]] + b) / T_k)             (confidence that x_{k+1} is accepted given
+                                                       all earlier drafts were; T_k from
+                                                       sequential temperature scaling)
+  a_k = Π_{i<=k} c_i                                   (prefix survival)
+with x_0 the anchor and x_k the previous draft, sampled left to right. c_k depends on x_{<=k}
+only, so cutting the chain at the first a_k < threshold decides whether to verify x_{k+1}
+before x_{k+1} is looked at (non-anticipation, ALGORITHMS.md §0).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from specviz.drafters import weights
+from specviz.drafters.base import DrafterUnavailable
+from specviz.drafters.dflash import TAPS, BlockBackbone, ContextCache, ContextState
+from specviz.drafters.layers import LayerShape
+from specviz.engine.sampling import SamplingParams, draw
+from specviz.engine.tree import DraftTree, Schedule
+
+
+class DSparkModel(nn.Module):
+    """Backbone + Markov head + confidence head (+ per-position calibration temperatures)."""
+
+    def __init__(self, shape: LayerShape, vocab: torch.Tensor, n_target_vocab: int,
+                 block: int = 16, n_layers: int = 1, rank: int = 128, taps: tuple[int, ...] = TAPS):
+        super().__init__()
+        self.backbone = BlockBackbone(shape, n_layers, taps)
+        self.block = block
+        self.register_buffer("vocab", vocab.long())                       # [Vm] target ids
+        lookup = torch.full((n_target_vocab,), len(vocab), dtype=torch.long)
+        lookup[vocab.long()] = torch.arange(len(vocab))
+        self.register_buffer("lookup", lookup, persistent=False)          # target id -> W1 row
+        self.w1 = nn.Embedding(len(vocab) + 1, rank)
+        self.w2 = nn.Linear(rank, len(vocab), bias=False)
+        nn.init.zeros_(self.w2.weight)                                    # starts as the backbone
+        self.conf = nn.Linear(shape.d + rank, 1)
+        self.register_buffer("temperature", torch.ones(block))
+
+    def markov(self, prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """prev target ids [...] -> (W1 row [..., r], bias over `vocab` [..., Vm])."""
+        e = self.w1(self.lookup[prev])
+        return e, self.w2(e)
+
+    def add_bias(self, logits: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """U + B: the Markov bias lands on the reduced-vocabulary columns only."""
+        return logits.index_add(-1, self.vocab, bias.to(logits.dtype))
+
+    def confidence_logit(self, h: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        """Uncalibrated confidence logit wᵀ[h ; W1[x_prev]] + b: [...]."""
+        return self.conf(torch.cat([h, e.to(h.dtype)], -1))[..., 0]
+
+
+ID = "dspark"
+
+
+@dataclass(frozen=True)
+class DSparkSettings:
+    block_size: int = 16       # block inputs = drafts (at most the trained block, 16)
+    threshold: float = 0.5     # cut the chain at the first prefix survival a_k below this
+    markov: bool = True        # ablation switch: backbone logits alone when False
+    window: int = 0            # attend to only the last W context positions (0 = all)
+
+    def check(self) -> None:
+        if not 1 <= self.block_size <= 16:
+            raise ValueError("dspark block_size must be in 1..16 (the trained block is 16)")
+        if not 0.0 <= self.threshold < 1.0:
+            raise ValueError("dspark threshold must be in [0, 1) (0 = never truncate)")
+        if self.window < 0:
+            raise ValueError("window must be >= 0 (0 = the whole context)")
+
+
+class DSparkDrafter(ContextCache):
+    def __init__(self, target, model: DSparkModel, settings: DSparkSettings):
+        super().__init__(model.backbone, settings.window)
+        self.target, self.model, self.settings = target, model, settings
+
+    def draft(self, state: ContextState, root: int, sp: SamplingParams,
+              generator: torch.Generator | None) -> DraftTree:
+        m, pol = self.model, self.settings
+        h = self.block_hidden(state, self.target.embed, root, pol.block_size)          # [γ, d]
+        toks, qs, rows, conf, surv = [], [], [], [], []
+        cut, a, prev = pol.block_size, 1.0, root
+        with torch.inference_mode():
+            U = self.target.lm_head(h.to(self.target.dtype)).float()               # [γ, V]
+            for k in range(pol.block_size):
+                e, bias = m.markov(torch.tensor(prev, device=h.device))
+                c = float(torch.sigmoid(m.confidence_logit(h[k], e) / m.temperature[k]))
+                a *= c
+                conf.append(c), surv.append(a)
+                if a < pol.threshold and cut == pol.block_size:
+                    cut = k            # decided from x_{<=k} only: x_{k+1} is not drawn yet
+                logits = m.add_bias(U[k], bias) if pol.markov else U[k]
+                tok, q, q_row = draw(logits, sp, generator)
+                toks.append(tok), qs.append(q), rows.append(q_row)
+                prev = tok
+        reason = (f"a_{cut + 1} = {surv[cut]:.2f} < threshold {pol.threshold:.2f}"
+                  if cut < pol.block_size else f"all {pol.block_size} drafts clear threshold {pol.threshold:.2f}")
+        return DraftTree.chain(
+            root, toks, q=qs, q_rows=rows, confidence=conf,
+            schedule=Schedule(conf, surv, cut, reason, pol.threshold),
+            note=f"one block forward + {'Markov' if pol.markov else 'no Markov'} head; "
+                 f"verify {cut} of {pol.block_size}")
+
+
+def build_dspark(target, settings: DSparkSettings) -> DSparkDrafter:
+    tensors, cfg = weights.load(ID, target.fingerprint)
+    model = DSparkModel(LayerShape.of(target, ffn=cfg["ffn"]), tensors["vocab"], target.vocab,
+                        block=cfg["block"], n_layers=cfg["layers"], rank=cfg["rank"],
+                        taps=tuple(cfg["taps"]))
+    model.load_state_dict(tensors)
+    if settings.block_size > model.block:
+        raise DrafterUnavailable(f"dspark was trained with blocks of {model.block}; "
+                                 f"choose block_size <= {model.block}")
+    return DSparkDrafter(target, model.to(target.device, target.dtype).eval(), settings)

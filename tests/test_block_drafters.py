@@ -1,0 +1,141 @@
+"""MTP, DFlash and DSpark: block layout, the Markov bias, confidences and truncation, and greedy
+equality with `ar` (random weights on the tiny target; shipped weights on the real one)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz import events as ev
+from specviz import strategies
+from specviz.drafters.base import DrafterUnavailable
+from specviz.drafters.dflash import BlockBackbone, DFlashDrafter
+from specviz.drafters.dspark import DSparkDrafter, DSparkModel, DSparkSettings
+from specviz.drafters.layers import LayerShape
+from specviz.drafters.mtp import MtpDrafter, MtpModule
+from specviz.engine.decode import GenSettings, run
+from specviz.engine.sampling import SamplingParams
+from specviz.train.blocks import block_hidden, block_mask
+
+TINY_TAPS = (1, 2, 3)
+
+
+def tiny_backbone(t, layers=2):
+    torch.manual_seed(1)
+    bb = BlockBackbone(LayerShape.of(t), layers, TINY_TAPS)
+    bb.init_from_target(t)
+    return bb.eval()
+
+
+def tiny_dspark(t, block=8):
+    torch.manual_seed(2)
+    m = DSparkModel(LayerShape.of(t), torch.arange(100, 600), t.vocab, block=block, taps=TINY_TAPS)
+    m.backbone.init_from_target(t)
+    torch.nn.init.normal_(m.w2.weight, std=0.5)        # a visible Markov bias
+    return m.eval()
+
+
+def decode(t, prompt, drafter, n=24):
+    out, events = [], list(run(t, prompt, GenSettings(max_new_tokens=n), drafter))
+    for e in events:
+        if isinstance(e, ev.Accepted):
+            out += e.new_tokens
+    return out, events
+
+
+def test_block_mask_layout():
+    m = block_mask(torch.tensor([[3, 7]]), torch.ones(1, 10, dtype=torch.bool), 4)[0]
+    assert m.shape == (8, 10 + 8)
+    assert m[:4, :3].all() and not m[:4, 3:10].any()           # block 0: context before anchor 3
+    assert m[4:, :7].all() and not m[4:, 7:10].any()
+    assert m[:4, 10:14].all() and not m[:4, 14:].any()          # its own rows only, non-causal
+    assert m[4:, 14:].all() and not m[4:, 10:14].any()
+
+
+def test_training_block_equals_inference_block(tiny_target):
+    """[anchor, MASK...] at positions a.. over context < a: the batched training forward and the
+    drafter's cached forward agree row for row."""
+    t = tiny_target
+    bb = tiny_backbone(t)
+    ids = t.encode("Tell me about volcanoes.")
+    feats = t.forward(ids, t.new_cache(), taps=TINY_TAPS).taps
+    x = bb.block_input(t.embed, torch.tensor([ids[5]]), 4)[0]
+    assert torch.equal(x[0], t.embed.weight[ids[5]]) and torch.equal(x[1], x[3])
+    assert torch.equal(x[1], bb.mask_embed.detach())
+    batch = {"tokens": torch.tensor([ids]), "valid": torch.ones(1, len(ids))}
+    batch |= {f"h{k}": v[None] for k, v in feats.items()}
+    with torch.no_grad():
+        train_h = block_hidden(bb, t.embed, batch, torch.tensor([[5, 9]]), 4)[0]
+    for j, a in enumerate((5, 9)):
+        cache = DFlashDrafter(t, bb, 4)
+        state = cache.start(ids[:a + 1], {k: v[:a] for k, v in feats.items()})
+        assert torch.allclose(cache.block_hidden(state, t.embed, ids[a], 4), train_h[j], atol=1e-5)
+        assert cache.cache_len(state) == a
+
+
+def test_markov_bias_exact(tiny_target):
+    m = tiny_dspark(tiny_target)
+    U = torch.randn(3, tiny_target.vocab)
+    prev = torch.tensor([150, 599, 40000])                      # in the Markov vocab, and not
+    e, bias = m.markov(prev)
+    out = m.add_bias(U, bias)
+    expect = U.clone()
+    rows = m.w1.weight[torch.tensor([50, 499, 500])]            # 40000 -> the "other" row
+    expect[:, 100:600] += rows @ m.w2.weight.T
+    assert torch.allclose(out, expect, atol=1e-6)
+    assert torch.equal(out[:, :100], U[:, :100]) and torch.equal(out[:, 600:], U[:, 600:])
+    assert torch.equal(e, rows)
+
+
+def test_confidence_prefix_and_truncation(tiny_target):
+    t = tiny_target
+    m = tiny_dspark(t)
+    with torch.no_grad():
+        m.conf.bias.fill_(2.0)
+    ids = t.encode("Write a haiku about rain.")
+    feats = t.forward(ids[:-1], t.new_cache(), taps=TINY_TAPS).taps
+    d = DSparkDrafter(t, m, DSparkSettings(block_size=8, threshold=0.6))
+    tree = d.draft(d.start(ids, feats), ids[-1], SamplingParams(), None)
+    s = tree.schedule
+    assert all(0 < c < 1 for c in s.confidence) and len(s.survival) == 8
+    assert all(a >= b for a, b in zip(s.survival, s.survival[1:]))
+    first_below = next((k for k, a in enumerate(s.survival) if a < 0.6), 8)
+    assert s.verify_len == first_below and s.threshold == 0.6
+    assert tree.confidence[1:] == s.confidence
+    _, events = decode(t, ids, DSparkDrafter(t, m, DSparkSettings(block_size=8, threshold=0.6)), 16)
+    steps = [e for e in events if isinstance(e, (ev.ScheduleDecided, ev.Verified))]
+    for sched, ver in zip(steps[::2], steps[1::2]):
+        assert ver.input_tokens <= sched.verify_len + 1
+
+
+@pytest.mark.parametrize("kind", ["mtp", "dflash", "dflash-window", "dspark", "dspark-no-markov"])
+def test_greedy_equals_ar_random_weights(tiny_target, kind):
+    t = tiny_target
+    if kind == "mtp":
+        torch.manual_seed(3)
+        m = MtpModule(LayerShape.of(t), tap=t.n_layers)
+        m.init_from_target(t)
+        drafter = MtpDrafter(t, m.eval(), 3)
+    elif kind.startswith("dflash"):
+        drafter = DFlashDrafter(t, tiny_backbone(t), 8, window=6 if kind.endswith("window") else 0)
+    else:
+        drafter = DSparkDrafter(t, tiny_dspark(t), DSparkSettings(
+            block_size=8, threshold=0.0, markov=kind == "dspark"))
+    for text in ("Write a poem about cats.", "What is 17 + 25?"):
+        ids = t.encode(text)
+        assert decode(t, ids, drafter, 30)[0] == decode(t, ids, None, 30)[0]
+
+
+@pytest.mark.parametrize("sid,overrides", [("mtp", {}), ("dflash", {"block_size": 8}),
+                                           ("dflash", {}), ("dspark", {}),
+                                           ("dspark", {"markov": False})])
+def test_shipped_weights_greedy_equals_ar(target, sid, overrides):
+    try:
+        drafter = strategies.drafter_for(target, sid, strategies.parse_settings(sid, overrides))
+    except DrafterUnavailable as exc:
+        pytest.skip(str(exc))
+    for text in ("Explain what a binary search does.", "Give me two tips for sleeping well."):
+        ids = target.encode(text)
+        got, events = decode(target, ids, drafter)
+        assert got == decode(target, ids, None)[0]
+        fin = events[-1]
+        assert fin.mean_accepted_length >= 1.0
