@@ -1,0 +1,176 @@
+"""The CLI contracts of DESIGN.md §5 and its bad-input handling (one line, exit 2, no traceback)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from specviz.__main__ import main
+from specviz.metrics import CONTRACT_KEYS
+
+SHORT = ["--max-new-tokens", "12", "--threads", "2"]
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_generate_json_contract(capsys, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    code, out, _ = run_cli(capsys, "generate", "--strategy", "ngram", "--prompt",
+                           "Name three colors.", *SHORT, "--trace", str(trace), "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["strategy"] == "ngram"
+    assert isinstance(d["token_ids"], list) and 0 < len(d["token_ids"]) <= 12
+    assert isinstance(d["text"], str) and d["text"]
+    for k in CONTRACT_KEYS:
+        assert k in d["metrics"], k
+    m = d["metrics"]
+    assert m["new_tokens"] == len(d["token_ids"])
+    assert m["target_forwards"] >= 1
+    assert m["mean_accepted_length"] == pytest.approx(m["new_tokens"] / m["target_forwards"])
+    # the trace replays to the same numbers
+    code, out, _ = run_cli(capsys, "replay", str(trace), "--json")
+    assert code == 0
+    r = json.loads(out)
+    assert {k: r[k] for k in CONTRACT_KEYS} == {k: m[k] for k in CONTRACT_KEYS}
+    assert r["text"] == d["text"]
+
+
+def test_generate_human_output_and_no_chat(capsys):
+    code, out, err = run_cli(capsys, "generate", "--prompt", "The capital of France is",
+                             "--no-chat", *SHORT)
+    assert code == 0
+    assert out.strip()
+    assert "tok/s" in err and "[ar]" in err
+
+
+def test_sampling_same_seed_same_output(capsys):
+    args = ["generate", "--strategy", "ngram", "--prompt", "Tell me a story.", *SHORT,
+            "--temperature", "1.0", "--top-p", "0.9", "--seed", "7", "--json"]
+    a = json.loads(run_cli(capsys, *args)[1])
+    b = json.loads(run_cli(capsys, *args)[1])
+    assert a["token_ids"] == b["token_ids"]
+
+
+def test_bench_json_contract(capsys, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        json.dumps({"id": "a", "category": "qa", "prompt": "Repeat: red green blue red green blue"}) + "\n" +
+        json.dumps({"id": "b", "category": "chat", "messages": [{"role": "user", "content": "Hi!"}],
+                    "max_new_tokens": 6}) + "\n")
+    code, out, _ = run_cli(capsys, "bench", "--strategies", "ar,ngram", "--prompts", str(prompts),
+                           "--max-new-tokens", "8", "--threads", "2", "--peers", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert "settings" in d
+    for sid in ("ar", "ngram", "hf-generate", "hf-prompt-lookup"):
+        s = d["strategies"][sid]
+        for k in ("tokens_per_s", "mean_accepted_length", "speedup_vs_ar", "speedup_vs_hf_generate",
+                  "greedy_match_rate"):
+            assert k in s["aggregate"]
+        assert [p["id"] for p in s["prompts"]] == ["a", "b"]
+        for p in s["prompts"]:
+            assert {"id", "new_tokens", "tokens_per_s", "mean_accepted_length", "greedy_match"} <= set(p)
+    assert d["strategies"]["ar"]["aggregate"]["speedup_vs_ar"] == pytest.approx(1.0)
+    assert d["strategies"]["ngram"]["aggregate"]["greedy_match_rate"] == 1.0
+    assert d["strategies"]["hf-generate"]["aggregate"]["mean_accepted_length"] is None
+    assert d["strategies"]["hf-generate"]["aggregate"]["speedup_vs_hf_generate"] == pytest.approx(1.0)
+
+
+def test_bench_sampling_has_null_greedy_match(capsys, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "category": "chat", "prompt": "Hello"}) + "\n")
+    code, out, _ = run_cli(capsys, "bench", "--strategies", "ngram", "--prompts", str(prompts),
+                           "--max-new-tokens", "4", "--temperature", "1", "--threads", "2", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["strategies"]["ngram"]["aggregate"]["greedy_match_rate"] is None
+    assert d["strategies"]["ngram"]["prompts"][0]["greedy_match"] is None
+
+
+@pytest.fixture(scope="module")
+def corrupt_model(tmp_path_factory):
+    from specviz.models.loading import embedded_folder
+    d = tmp_path_factory.mktemp("corrupt")
+    src = embedded_folder()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(src / name, d / name)
+    (d / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")
+    return d
+
+
+BAD = [
+    (["generate", "--prompt", ""], "prompt is empty"),
+    (["generate", "--prompt", "   "], "prompt is empty"),
+    (["generate", "--prompt", "word " * 9000], "context"),
+    (["generate", "--prompt", "hi", "--max-new-tokens", "0"], "max-new-tokens"),
+    (["generate", "--prompt", "hi", "--max-new-tokens", "-3"], "max-new-tokens"),
+    (["generate", "--prompt", "hi", "--max-new-tokens", "100000000"], "max-new-tokens"),
+    (["generate", "--prompt", "hi", "--temperature", "-1"], "temperature"),
+    (["generate", "--prompt", "hi", "--temperature", "nan"], "temperature"),
+    (["generate", "--prompt", "hi", "--top-p", "0"], "top-p"),
+    (["generate", "--prompt", "hi", "--top-p", "1.5"], "top-p"),
+    (["generate", "--prompt", "hi", "--strategy", "nope"], "unknown strategy"),
+    (["generate", "--prompt", "hi", "--strategy", "ngram", "--set", "bogus=1"], "no setting"),
+    (["generate", "--prompt", "hi", "--model", "/nonexistent/model/dir"], "cannot load model"),
+    (["bench", "--strategies", "ar,nope", "--prompts", "x.jsonl"], "unknown strategy"),
+    (["bench", "--strategies", "ar", "--prompts", "/nonexistent.jsonl"], "cannot read prompt file"),
+    (["replay", "/nonexistent/trace.jsonl"], "cannot read trace"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", BAD, ids=[f"{i}-{b[1]}" for i, b in enumerate(BAD)])
+def test_bad_input_is_one_clear_line(capsys, argv, needle):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("specviz: error:"), err
+    assert needle in lines[0]
+    assert "Traceback" not in err and out == ""
+
+
+def test_corrupt_weights(capsys, corrupt_model):
+    code, _, err = run_cli(capsys, "generate", "--prompt", "hi", "--model", str(corrupt_model))
+    assert code == 2 and err.startswith("specviz: error: cannot load model")
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("{not json\n", "not valid JSON"),
+    ('{"type": "RunStarted", "strategy": "ar"}\n', "lacks fields"),
+    ("", "empty"),
+])
+def test_bad_traces(capsys, tmp_path, content, needle):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(content)
+    code, _, err = run_cli(capsys, "replay", str(p))
+    assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_truncated_and_wrong_version_trace(capsys, tmp_path):
+    good = tmp_path / "good.jsonl"
+    assert main(["generate", "--prompt", "Say hi.", "--max-new-tokens", "5", "--trace", str(good),
+                 "--threads", "2"]) == 0
+    lines = good.read_text().splitlines()
+    (tmp_path / "trunc.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    first = json.loads(lines[0]) | {"schema": 99}
+    (tmp_path / "v99.jsonl").write_text("\n".join([json.dumps(first)] + lines[1:]) + "\n")
+    capsys.readouterr()
+    code, _, err = run_cli(capsys, "replay", str(tmp_path / "trunc.jsonl"))
+    assert code == 2 and "truncated" in err
+    code, _, err = run_cli(capsys, "replay", str(tmp_path / "v99.jsonl"))
+    assert code == 2 and "schema version" in err
+
+
+def test_real_entry_point_no_traceback():
+    """`python -m specviz` itself: argparse and user errors exit 2 without a traceback."""
+    p = subprocess.run([sys.executable, "-m", "specviz", "generate", "--prompt", "hi",
+                        "--top-p", "7"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.strip() == "specviz: error: top-p must be in (0, 1], got 7.0"
