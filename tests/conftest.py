@@ -31,3 +31,39 @@ def tiny_target():
     tok = AutoTokenizer.from_pretrained(embedded_folder())
     t = Target(model, tok, "tiny-random-llama")
     return t
+
+
+@pytest.fixture(scope="session")
+def app_url():
+    """The real app (`python app.py`, embedded model, CPU, one thread) on a free localhost port,
+    launched once per test session in a subprocess; its log goes to artifacts/app.log."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (root / "artifacts").mkdir(exist_ok=True)
+    log = open(root / "artifacts" / "app.log", "w")
+    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--device", "cpu",
+                             "--threads", "1"], cwd=root, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + 180
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                raise RuntimeError(f"the app did not start; see {log.name}")
+            time.sleep(0.5)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+    log.close()

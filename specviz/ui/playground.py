@@ -95,7 +95,7 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
                                    elem_id="pg-strategy")
             about = gr.Markdown(strategy_help("ngram", unavailable))
             chat = gr.Checkbox(True, label="chat template")
-            with gr.Accordion("settings", open=False):
+            with gr.Accordion("generation settings", open=False, elem_id="pg-settings-acc"):
                 settings = gr.Dataframe(settings_rows("ngram"), headers=["setting", "value"],
                                         datatype=["str", "str"], static_columns=[0],
                                         type="array", label="strategy settings",

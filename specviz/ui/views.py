@@ -37,17 +37,21 @@ class Views:
 
 
 def layout(prefix: str) -> Views:
-    """Create the view components inside the current Blocks context."""
+    """Create the view components inside the current Blocks context, showing an empty run (so
+    the browser loads plotly.js with the page, not on the first Run)."""
+    empty = figures([], None)
     metrics = gr.HTML(elem_id=f"{prefix}-metrics")
     slider = gr.Slider(0, 1, value=0, step=1, label="step", elem_id=f"{prefix}-step",
                        interactive=True)
     tokens = gr.HTML(elem_id=f"{prefix}-tokens", elem_classes=["sv-tokens-box"])
     with gr.Row():
-        tree = gr.Plot(label="draft tree", elem_id=f"{prefix}-tree")
-        confidence = gr.Plot(label="confidence prefix", elem_id=f"{prefix}-confidence")
+        tree = gr.Plot(empty["tree"], label="draft tree", elem_id=f"{prefix}-tree")
+        confidence = gr.Plot(empty["confidence"], label="confidence prefix",
+                             elem_id=f"{prefix}-confidence")
     with gr.Row():
-        acceptance = gr.Plot(label="accept / reject", elem_id=f"{prefix}-acceptance")
-        kv = gr.Plot(label="KV cache", elem_id=f"{prefix}-kv")
+        acceptance = gr.Plot(empty["acceptance"], label="accept / reject",
+                             elem_id=f"{prefix}-acceptance")
+        kv = gr.Plot(empty["kv"], label="KV cache", elem_id=f"{prefix}-kv")
     return Views(metrics, tokens, tree, acceptance, confidence, kv, slider)
 
 
@@ -72,7 +76,7 @@ def render(events: list[Event], step: int | None = None, ar_tps: float | None = 
         status = f"finished: {events[-1].stop_reason}"
     return [metrics_html(m, ar_tps, status), tokens_html(f["view"], f["step"]), f["tree"],
             f["acceptance"], f["confidence"], f["kv"],
-            gr.Slider(minimum=min(1, f["last"]), maximum=max(1, f["last"]), value=f["step"])]
+            gr.Slider(minimum=0, maximum=max(1, f["last"]), value=f["step"])]
 
 
 def export_figures(events: list[Event], step: int | None) -> str:

@@ -1,0 +1,50 @@
+"""gradio_client against the launched app: the /speculate contract, streaming, clear errors."""
+from __future__ import annotations
+
+import pytest
+
+gradio_client = pytest.importorskip("gradio_client")
+
+CONTRACT = {"new_tokens", "wall_s", "tokens_per_s", "target_forwards", "mean_accepted_length",
+            "acceptance_by_position", "draft_s", "verify_s"}
+
+
+@pytest.fixture(scope="module")
+def client(app_url):
+    return gradio_client.Client(app_url, verbose=False)
+
+
+def test_speculate_contract(client):
+    prompt = "Repeat exactly: one two three four five six seven eight."
+    text, m = client.predict(prompt, "ngram", 24, 0.0, 0, api_name="/speculate")
+    assert CONTRACT <= set(m)
+    assert isinstance(text, str) and text
+    assert 1 <= m["new_tokens"] <= 24 and m["target_forwards"] >= 1
+    assert m["mean_accepted_length"] == pytest.approx(m["new_tokens"] / m["target_forwards"])
+    ar_text, ar_m = client.predict(prompt, "ar", 24, 0.0, 0, api_name="/speculate")
+    assert ar_text == text                     # lossless under greedy
+    assert ar_m["mean_accepted_length"] == 1.0
+
+
+def test_speculate_stream_yields_several_updates(client):
+    job = client.submit("Count from one to twenty in words.", "ar", 48, 0.0, 0,
+                        api_name="/speculate_stream")
+    job.result()
+    outs = job.outputs()
+    assert len(outs) >= 3
+    counts = [m["new_tokens"] for _, m in outs]
+    assert counts == sorted(counts) and counts[0] < counts[-1]
+
+
+def test_bad_input_is_a_clear_error(client):
+    with pytest.raises(Exception, match="unknown strategy"):
+        client.predict("hi", "no-such-strategy", 8, 0.0, 0, api_name="/speculate")
+    with pytest.raises(Exception, match="temperature"):
+        client.predict("hi", "ar", 8, -1.0, 0, api_name="/speculate")
+
+
+def test_api_is_documented(client):
+    info = client.view_api(print_info=False, return_format="dict")
+    assert "/speculate" in info["named_endpoints"]
+    params = [p["parameter_name"] for p in info["named_endpoints"]["/speculate"]["parameters"]]
+    assert params == ["prompt", "strategy", "max_new_tokens", "temperature", "seed"]

@@ -1,0 +1,147 @@
+"""End to end in a real browser (Playwright + Debian's chromium) against the launched app.
+
+Screenshots go to artifacts/screenshots/; the streaming measurements (Run -> first step
+visible, view updates per second on a 256-token run) to artifacts/app_speed.json. Speed is
+measured and reported, not asserted with tight timing.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+SHOTS = ARTIFACTS / "screenshots"
+
+# Log every change of the metrics panel's "N for M tokens" card with its browser time.
+WATCH = """() => {
+  window.__log = []; const el = document.querySelector('#pg-metrics');
+  const note = () => { const m = el.innerText.match(/(\\d+) for (\\d+) tokens/);
+    const key = m ? m[0] : ''; const last = window.__log[window.__log.length - 1];
+    if (!last || last.key !== key) window.__log.push({t: performance.now(), key, fwd: m ? +m[1] : -1}); };
+  new MutationObserver(note).observe(el, {childList: true, subtree: true, characterData: true});
+  return performance.now(); }"""
+
+
+@pytest.fixture(scope="module")
+def page(app_url):
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian chromium is not installed (apt-get install -y chromium)")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        pg.set_default_timeout(60_000)
+        pg.goto(app_url)
+        pg.wait_for_selector("#pg-run")
+        yield pg
+        browser.close()
+
+
+def shot(page, name: str) -> None:
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def run_playground(page, prompt: str, max_new: int, strategy: str | None = None) -> dict:
+    """Press Run and wait for the run to end; return the browser-side timing of its updates."""
+    if strategy:
+        page.locator("#pg-strategy input").click()
+        page.get_by_role("option", name=strategy).first.click()
+    page.locator("#pg-prompt textarea").fill(prompt)
+    page.locator("#pg-max-new input").fill(str(max_new))
+    t0 = page.evaluate(WATCH)
+    page.click("#pg-run")
+    page.wait_for_selector("#pg-message:has-text('Running')")
+    page.wait_for_function("!document.querySelector('#pg-message').innerText.includes('Running')",
+                           timeout=180_000)
+    log = page.evaluate("window.__log")
+    cleared = next(i for i, x in enumerate(log) if x["fwd"] == 0)   # Run resets the panel
+    steps = [x for x in log[cleared:] if x["fwd"] > 0]
+    first, last = steps[0]["t"], steps[-1]["t"]
+    return {"first_step_s": (first - t0) / 1000, "updates": len(steps),
+            "stream_s": (last - first) / 1000,
+            "updates_per_s": (len(steps) - 1) / ((last - first) / 1000) if last > first else None,
+            "final": steps[-1]["key"]}
+
+
+def test_playground_ngram_shows_tree_and_metrics(page):
+    page.get_by_text("generation settings", exact=True).click()
+    first = run_playground(page, "Here is a list: red, green, blue, cyan. Repeat the list.", 24)
+    assert page.locator("#pg-tree .js-plotly-plot").count() == 1
+    assert page.locator("#pg-metrics .sv-card").count() == 4
+    assert page.locator("#pg-tokens .sv-accepted, #pg-tokens .sv-target, "
+                        "#pg-tokens .sv-corrected, #pg-tokens .sv-bonus").count() > 0
+    assert "tokens" in first["final"]
+    shot(page, "playground-ngram")
+    long = run_playground(page, "Write a long, detailed story about a lighthouse keeper and a "
+                                "storm, with many characters.", 256)
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "app_speed.json").write_text(json.dumps(
+        {"first_run_fresh_page_24_tokens": first, "run_256_tokens": long},
+        indent=2))
+    assert long["updates"] >= 3
+
+
+def test_script_prompt_shows_literally_and_bad_input_message(page):
+    run_playground(page, "<script>window.__pwned = 1</script><b>bold?</b>", 4)
+    text = page.inner_text("#pg-tokens")
+    assert "<script>window.__pwned = 1</script>" in text and "<b>bold?</b>" in text
+    assert page.evaluate("window.__pwned === undefined")
+    page.locator("#pg-prompt textarea").fill("")
+    page.click("#pg-run")
+    page.wait_for_selector("#pg-message .sv-msg-error:has-text('Enter a prompt')")
+    page.locator("#pg-prompt textarea").fill("hello")
+    page.locator("#pg-temperature input").fill("-3")
+    page.click("#pg-run")
+    page.wait_for_selector("#pg-message .sv-msg-error:has-text('temperature')")
+    shot(page, "bad-input")
+    page.locator("#pg-temperature input").fill("0")
+
+
+def test_compare_two_strategies(page):
+    page.get_by_role("tab", name="Compare").click()
+    boxes = page.locator("#cmp-strategies input[type=checkbox]")
+    for i in range(boxes.count()):
+        box = boxes.nth(i)
+        want = box.evaluate("b => b.closest('label').innerText.trim() === 'ngram'")
+        if box.is_checked() != want:
+            box.click()
+    page.locator("#cmp-prompt textarea").fill("Repeat exactly: alpha beta gamma delta.")
+    page.click("#cmp-run")
+    page.wait_for_function("document.querySelector('#cmp-table').innerText.includes('ngram')",
+                           timeout=120_000)
+    cells = page.inner_text("#cmp-table")
+    assert "ar" in cells and "ngram" in cells
+    assert page.locator("#cmp-chart .js-plotly-plot").count() == 1
+    shot(page, "compare")
+
+
+def test_replay_a_demo_trace(page):
+    page.get_by_role("tab", name="Replay").click()
+    page.locator("#rp-pick input").click()
+    page.get_by_role("option", name="ngram-copy-list.jsonl").click()
+    page.wait_for_selector("#rp-message:has-text('totals re-checked')")
+    page.wait_for_selector("#rp-tree .js-plotly-plot")
+    assert page.locator("#rp-metrics .sv-card").count() == 4
+    shot(page, "replay")
+
+
+def test_learn_walkthrough_steps(page):
+    page.get_by_role("tab", name="Learn").click()
+    page.locator("#learn-pick input").click()
+    page.get_by_role("option", name="N-gram drafting, greedy: copying a list").click()
+    page.wait_for_selector("#learn-header:has-text('Slide 0')")
+    page.click("#learn-next")
+    page.wait_for_selector("#learn-header:has-text('Slide 1')")
+    assert "Verify" in page.inner_text("#learn-narration")
+    page.click("#learn-next")
+    page.wait_for_selector("#learn-header:has-text('Slide 2')")
+    page.click("#learn-prev")
+    page.wait_for_selector("#learn-header:has-text('Slide 1')")
+    shot(page, "learn")

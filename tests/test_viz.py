@@ -1,0 +1,171 @@
+"""viz from synthetic events: tree nodes, colours and accepted path, KV drops, confidence prefix,
+tokens escaping, narration and the explorer. No model, no torch."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from specviz.events import (Accepted, DraftProposed, KVUpdated, RunFinished, RunStarted,
+                            ScheduleDecided, Verified)
+from specviz.viz import charts, compare, explorer, legend, narrate, panel, steps, tokens, tree
+
+
+def start(prompt="<script>alert(1)</script>", temperature=0.0):
+    return RunStarted(strategy="dspark", settings={"temperature": temperature}, target_id="t",
+                      drafter_id="d", device="cpu", dtype="float32", prompt_ids=[1, 2],
+                      prompt_pieces=[prompt, "!"], seed=0)
+
+
+def tree_step(step=1, before=10):
+    """root -> a(1), b(2); a -> c(3); c -> d(4, truncated by the schedule). Path 0-1-3, bonus."""
+    return [
+        DraftProposed(step=step, tokens=[5, 6, 7, 8, 9], pieces=["r", "a", "<b>", "c", "d"],
+                      parents=[-1, 0, 0, 1, 3], depths=[0, 1, 1, 2, 3],
+                      q=[None, 0.9, 0.1, 0.5, 0.2], confidence=[None, 0.9, 0.3, 0.6, 0.2],
+                      draft_s=0.01, t=0.1),
+        ScheduleDecided(step=step, confidence=[0.9, 0.6, 0.2], survival=[0.9, 0.54, 0.11],
+                        verify_len=2, reason="threshold", threshold=0.5, t=0.11),
+        Verified(step=step, p=[None, 0.8, 0.05, 0.7], argmax=[None, 6, 6, 8],
+                 argmax_pieces=[None, "a", "a", "c"], draw=[None, 0.3, None, 0.4], verify_s=0.05,
+                 input_tokens=4, t=0.2),
+        Accepted(step=step, path=[0, 1, 3], n_accepted=2, token=11, piece="e", source="bonus",
+                 new_tokens=[6, 8, 11], t=0.21),
+        KVUpdated(step=step, target_before=before + 4, target_after=before + 3,
+                  kept=[before, before + 1, before + 3], dropped=[before + 2], t=0.22),
+    ]
+
+
+def plain_step(step, before):
+    return [
+        DraftProposed(step=step, tokens=[11], pieces=["e"], parents=[-1], depths=[0], q=[None],
+                      confidence=[None], draft_s=0.0, fallback=True, note="no match", t=0.3),
+        Verified(step=step, p=[None], argmax=[None], argmax_pieces=[None], draw=[None],
+                 verify_s=0.04, input_tokens=1, t=0.34),
+        Accepted(step=step, path=[0], n_accepted=0, token=12, piece="f", source="argmax",
+                 new_tokens=[12], t=0.35),
+        KVUpdated(step=step, target_before=before + 1, target_after=before + 1, kept=[before],
+                  dropped=[], t=0.36),
+    ]
+
+
+def run_events():
+    evs = [start(), *tree_step(1, 10), *plain_step(2, 13)]
+    fin = RunFinished(new_tokens=4, target_forwards=2, wall_s=0.4, draft_s=0.01, verify_s=0.09,
+                      other_s=0.3, mean_accepted_length=2.0, acceptance_by_position=[1.0, 1.0],
+                      tokens_per_s=10.0, stop_reason="max_new_tokens", text="ace f", t=0.4)
+    return evs + [fin]
+
+
+def test_statuses():
+    s = steps.fold(run_events()).steps[0]
+    assert s.node_status() == ["root", "accepted", "rejected", "accepted", "pending"]
+    assert s.extra_kind() == "bonus"
+    assert [st for _, st, _ in s.committed()] == ["accepted", "accepted", "bonus"]
+    plain = steps.fold(run_events()).steps[1]
+    assert plain.extra_kind() == "target"
+
+
+def test_tree_figure_nodes_colours_and_path():
+    s = steps.fold(run_events()).steps[0]
+    fig = tree.tree_figure(s)
+    nodes = {t.name: t for t in fig.data if t.mode == "markers+text"}
+    assert {k: len(v.x) for k, v in nodes.items()} == {
+        "root": 1, "accepted": 2, "rejected": 1, "pending": 1, "bonus": 1}
+    assert sum(len(t.x) for t in nodes.values()) == 5 + 1    # draft nodes + the target's token
+    assert nodes["accepted"].marker.color == legend.color("accepted")
+    assert nodes["rejected"].marker.color == legend.color("rejected")
+    assert nodes["bonus"].marker.color == legend.color("bonus")
+    path = next(t for t in fig.data if t.name == tree.PATH_TRACE)
+    assert len(path.x) == 4                                 # root, a, c, bonus
+    assert list(path.x) == sorted(path.x)                   # left to right, one per depth
+    # q sets the size; the piece "<b>" is escaped for Plotly
+    assert nodes["accepted"].marker.size[0] > nodes["rejected"].marker.size[0]
+    assert nodes["rejected"].text[0] == "&lt;b&gt;"
+    assert "confidence = 0.300" in nodes["rejected"].hovertext[0]
+
+
+def test_empty_and_chain_tree():
+    assert len(tree.tree_figure(None).data) == 0
+    fig = tree.tree_figure(steps.fold(run_events()).steps[1])
+    assert {t.name for t in fig.data if t.mode == "markers+text"} == {"root", "plain step"}
+
+
+def test_kv_drops():
+    fig = charts.kv_figure(steps.fold(run_events()))
+    line = next(t for t in fig.data if t.name == "target cache")
+    assert list(line.y) == [14, 13, 14, 14]
+    drops = next(t for t in fig.data if t.name == "rollback / compaction")
+    assert list(drops.x) == [1] and list(drops.y) == [13]
+    assert "dropped 1 (12)" in drops.hovertext[0] and "kept 10-11, 13" in drops.hovertext[0]
+
+
+def test_acceptance_by_position():
+    fig = charts.acceptance_figure(steps.fold(run_events()), upto=1)
+    bars, rate = fig.data
+    assert list(bars.marker.color) == [legend.color("accepted")] * 2
+    assert list(rate.y) == [1.0, 1.0]
+
+
+def test_confidence_prefix():
+    s = steps.fold(run_events()).steps[0]
+    fig = charts.confidence_figure(s)
+    names = [t.name for t in fig.data]
+    assert names == ["confidence c_k", "survival a_j"]
+    assert list(fig.data[0].marker.color) == [legend.color("accepted")] * 2 + [
+        legend.color("pending")]
+    shapes = fig.layout.shapes
+    assert any(sh.y0 == 0.5 and sh.y1 == 0.5 for sh in shapes)      # the threshold line
+    assert any(sh.x0 == 2.5 and sh.x1 == 2.5 for sh in shapes)      # the truncation point
+    none = charts.confidence_figure(steps.fold(run_events()).steps[1])
+    assert "no confidence" in none.layout.annotations[0].text
+
+
+def test_tokens_escape_and_hover():
+    out = tokens.tokens_html(steps.fold(run_events()), upto=1)
+    assert "<script>" not in out and "&lt;script&gt;alert(1)&lt;/script&gt;" in out
+    assert "&lt;b&gt;" in out                                          # rejected node, escaped
+    assert "p = 0.800" in out and "q = 0.900" in out and "draw = 0.300" in out
+
+
+def test_metrics_panel_and_speedup():
+    evs = run_events()
+    m = panel.run_metrics(evs)
+    assert m["new_tokens"] == 4 and m["tokens_per_s"] == 10.0
+    assert "2.00×" in panel.metrics_html(m, ar_tokens_per_s=5.0)
+    assert "run ar" in panel.metrics_html(m)
+    assert "&lt;x&gt;" in panel.message_html("<x>")
+
+
+def test_narration_mentions_real_numbers():
+    view = steps.fold(run_events())
+    text = narrate.narrate(view.steps[0], view.start)
+    assert "argmax" in text or "most likely" in text
+    assert "bonus" in text and "threshold 0.5" in text and "dropped" in text
+    sampled = narrate.narrate(view.steps[0], start(temperature=0.7))
+    assert "min(1, p/q) = 0.89" in sampled and "the draw was 0.30" in sampled
+
+
+def test_compare_identical_to_ar():
+    evs = run_events()
+    runs = {"ar": evs, "dspark": evs}
+    rows = compare.table_rows(runs, greedy=True)
+    assert rows[1][0] == "dspark" and rows[1][3] == 1.0 and rows[1][-1] == "yes"
+    assert "identical to ar" in compare.lanes_html(runs, 4, greedy=True)
+    assert len(compare.compare_figure(runs).data) >= 3
+
+
+def test_explorer_maths():
+    r = explorer.rejection([0.5, 0.5], [1.0, 0.0])
+    assert r["acceptance"] == pytest.approx(0.5)
+    assert r["accept"] == [0.5, 1.0]
+    assert r["residual"] == [0.0, 1.0]
+    with pytest.raises(ValueError):
+        explorer.rejection([0, 0], [1, 0])
+
+
+def test_viz_imports_no_torch():
+    import subprocess
+    code = ("import sys, specviz.viz.tree, specviz.viz.charts, specviz.viz.compare, "
+            "specviz.viz.narrate, specviz.viz.explorer; assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
