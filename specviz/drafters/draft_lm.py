@@ -1,0 +1,196 @@
+"""The separate draft model (strategy `draft`): a small Llama with the target's tokenizer, embedding
+and tied LM head, distilled from the target; chain drafting with its own KV cache.
+
+Boundary: the model, its drafter, its Trainable and `load_draft_lm` (the same weights as a plain
+transformers LlamaForCausalLM with the full vocabulary, for HF `assistant_model`). The layers
+start as a copy of target layers (LAYERS_FROM: the first and the last), so distillation starts
+from a working model. Only the layers and the final norm are shipped; the embedding is the
+target's. Our drafter computes logits over a reduced draft vocabulary (the target's rows), which
+keeps a draft step far cheaper than the 49152-row head.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import DynamicCache, LlamaForCausalLM
+
+from specviz.drafters import feature_heads as fh
+from specviz.drafters import weights
+from specviz.drafters.eagle import DRAFT_VOCAB
+from specviz.engine.sampling import SamplingParams, draw
+from specviz.engine.tree import DraftTree
+
+ID = "draft"
+
+
+def layers_from(n_layers: int) -> list[int]:
+    return [0, n_layers - 1]
+
+
+def new_lm(target, n_layers: int) -> LlamaForCausalLM:
+    """An n-layer copy of the target's architecture sharing its (frozen) embedding."""
+    cfg = copy.deepcopy(target.model.config)
+    cfg.num_hidden_layers = n_layers
+    cfg.tie_word_embeddings = True
+    for key in ("layer_types",):
+        if getattr(cfg, key, None) is not None:
+            setattr(cfg, key, getattr(cfg, key)[:n_layers])
+    lm = LlamaForCausalLM(cfg).to(target.device, torch.float32)
+    emb = target.embed.weight                              # shared and frozen (fp32 targets)
+    lm.model.embed_tokens.weight = emb if emb.dtype == torch.float32 else nn.Parameter(
+        emb.detach().float(), requires_grad=False)
+    lm.lm_head.weight = lm.model.embed_tokens.weight
+    lm.model.embed_tokens.weight.requires_grad_(False)
+    return lm
+
+
+class DraftModel(nn.Module):
+    def __init__(self, target, vocab_ids: torch.Tensor, n_layers: int = 2):
+        super().__init__()
+        self.vocab = target.vocab
+        self.lm = new_lm(target, n_layers)
+        self.register_buffer("vocab_ids", vocab_ids.long(), persistent=False)
+
+    def init_from_target(self, target) -> "DraftModel":
+        src = target.model.model
+        self.source_layers = layers_from(src.config.num_hidden_layers)
+        with torch.no_grad():
+            for mine, i in zip(self.lm.model.layers, self.source_layers):
+                mine.load_state_dict(src.layers[i].state_dict())
+            self.lm.model.norm.weight.copy_(src.norm.weight)
+        return self
+
+    def shipped(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in self.lm.state_dict().items()
+                if not k.startswith(("model.embed_tokens", "lm_head"))}
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """[.., d] final hidden -> [.., Vd] logits over the draft vocabulary."""
+        return h @ self.lm.model.embed_tokens.weight[self.vocab_ids].T
+
+    def forward(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
+        out = self.lm.model(input_ids=tokens, past_key_values=cache, use_cache=cache is not None)
+        return self.logits(out.last_hidden_state)
+
+
+def load(target) -> DraftModel:
+    tensors, cfg = weights.load(ID, target.fingerprint)
+    model = DraftModel(target, tensors.pop("vocab_ids"), cfg["layers"])
+    missing = model.lm.load_state_dict(tensors, strict=False).missing_keys
+    if any(not k.startswith(("model.embed_tokens", "lm_head")) for k in missing):
+        raise weights.DrafterUnavailable(f"{ID} weights are incomplete; retrain with: "
+                                         f"python -m specviz train --drafter {ID}")
+    return model.to(target.device).eval()
+
+
+def load_draft_lm(target) -> LlamaForCausalLM:
+    """The draft model as a full-vocabulary LlamaForCausalLM (HF `assistant_model`)."""
+    return load(target).lm
+
+
+@dataclass(frozen=True)
+class DraftSettings:
+    gamma: int = 5
+
+    def check(self) -> None:
+        if not 1 <= self.gamma <= 16:
+            raise ValueError("draft gamma must be in 1..16")
+
+
+@dataclass
+class DraftState:
+    tokens: list[int]                                   # committed tokens except the root
+    cache: DynamicCache = field(default_factory=DynamicCache)
+
+
+class DraftLMDrafter:
+    taps: tuple[int, ...] = ()
+
+    def __init__(self, model: DraftModel, settings: DraftSettings):
+        self.model, self.settings = model, settings
+        self.vocab = model.vocab
+        self.vocab_ids = model.vocab_ids
+
+    def start(self, prompt_ids, feats) -> DraftState:
+        return DraftState(list(prompt_ids[:-1]), DynamicCache(config=self.model.lm.config))
+
+    @torch.no_grad()
+    def draft(self, state: DraftState, root: int, sp: SamplingParams, generator) -> DraftTree:
+        dev = self.vocab_ids.device
+        done = state.cache.get_seq_length()
+        feed = state.tokens[done:] + [root]
+        toks, qs, rows = [], [], []
+        for j in range(self.settings.gamma):
+            logits = self.model(torch.tensor([feed], device=dev), state.cache)[0, -1]
+            tok, q, row = draw(fh.full_logits(self, logits), sp, generator)
+            toks.append(tok)
+            qs.append(q)
+            rows.append(row)
+            feed = [tok]
+        greedy = sp.greedy
+        return DraftTree.chain(root, toks, q=None if greedy else qs,
+                               q_rows=None if greedy else rows, confidence=qs,
+                               note=f"draft model, chain of {self.settings.gamma}")
+
+    def commit(self, state: DraftState, tokens, feats) -> None:
+        # tokens = root + accepted drafts: the cache already holds them (same tokens, same
+        # positions); drop only the rejected tail
+        state.tokens.extend(tokens)
+        n = state.cache.get_seq_length() - len(state.tokens)
+        if n > 0:
+            state.cache.crop(-n)
+
+    def cache_len(self, state: DraftState) -> int:
+        return state.cache.get_seq_length()
+
+
+def build(target, settings: DraftSettings) -> DraftLMDrafter:
+    return DraftLMDrafter(load(target), settings)
+
+
+# --- training ---------------------------------------------------------------------------------
+class DraftTrainable:
+    taps: tuple[int, ...] = ()
+    eval_steps = 5
+
+    def __init__(self, model: DraftModel):
+        self.module = model
+        self.t2d = fh.t2d_table(model.vocab_ids, model.vocab)
+
+    def loss(self, batch, generator):
+        logits = self.module(batch["tokens"])
+        ce, w = fh.soft_ce(logits, batch, self.t2d.to(logits.device), 0)
+        ce = (ce * w).sum() / w.sum().clamp(min=1)
+        return ce, {"ce": ce.detach()}
+
+    def evaluate(self, batch):
+        logits = self.module(batch["tokens"])      # teacher-forced chain: step j = row i+1+j
+        return fh.hits([fh.shift(logits, 1 + j) for j in range(self.eval_steps)], batch,
+                       self.t2d.to(logits.device))
+
+    def export(self):
+        tensors = dict(self.module.shipped())
+        tensors["vocab_ids"] = self.module.vocab_ids.to(torch.int32)
+        return tensors, {"draft_vocab": len(self.module.vocab_ids),
+                         "layers": len(self.module.lm.model.layers),
+                         "source_layers": self.module.source_layers}
+
+    def describe(self) -> str:
+        n = len(self.module.lm.model.layers)
+        return (f"Draft LM: LlamaForCausalLM with the target's shapes and {n} layers (initialised "
+                f"from target layers {self.module.source_layers}), the target's frozen embedding and tied LM head (not shipped). Distilled with "
+                "soft CE against the target's top-64 distribution on a "
+                f"{len(self.module.vocab_ids)}-token draft vocabulary, which our drafter also "
+                "uses for speed; `load_draft_lm` gives the full-vocabulary model for HF "
+                "assisted generation.")
+
+
+def trainable(target, args, data=None) -> DraftTrainable:
+    from specviz.train.data import TrainData
+    data = data or TrainData(args.data)
+    model = DraftModel(target, data.vocab_by_mass(DRAFT_VOCAB, target.vocab))
+    return DraftTrainable(model.init_from_target(target))

@@ -1,0 +1,161 @@
+"""EAGLE-1 head (strategy `eagle1`, static tree) and EAGLE-2 drafting with the same weights
+(strategy `eagle2`, dynamic tree). ALGORITHMS.md §2.
+
+Boundary: the head, its drafter and its Trainable. Entry i: fc(cat(emb(t_{i+1}), f_i)) -> one
+decoder layer -> f̂_{i+1}, the predicted final normed target feature (hidden_states[30]); logits
+come from the target's frozen LM head rows of the draft vocabulary (a CPU-speed choice: the full
+49152-row head would cost more than the head itself). Training: SmoothL1(f̂, f) + 0.1 * soft CE,
+uniform noise on the input features.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specviz.drafters import feature_heads as fh
+from specviz.drafters import weights
+from specviz.drafters.layers import DecoderLayer, LayerShape
+from specviz.engine.sampling import SamplingParams
+from specviz.engine.tree import DraftTree
+
+ID = "eagle1"
+DRAFT_VOCAB = 4096
+STATIC_TREE = [(0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (0, 0, 0),
+               (0, 0, 1), (0, 1, 0), (1, 0, 0), (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0),
+               (0, 0, 0, 0, 0), (0, 0, 0, 0, 1), (0, 0, 0, 0, 0, 0)]
+
+
+class FrozenTargetParts(nn.Module):
+    """The target's embedding and LM-head rows of the draft vocabulary, frozen (not shipped)."""
+
+    def __init__(self, target, vocab_ids: torch.Tensor):
+        super().__init__()
+        self.vocab = target.vocab
+        self.register_buffer("vocab_ids", vocab_ids.long(), persistent=False)
+        self.register_buffer("emb_w", target.embed.weight.detach().float(), persistent=False)
+        self.register_buffer("head_w", target.lm_head.weight.detach().float()[vocab_ids],
+                             persistent=False)
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return F.embedding(tokens, self.emb_w)
+
+
+class Eagle1Head(FrozenTargetParts):
+    def __init__(self, target, vocab_ids: torch.Tensor):
+        super().__init__(target, vocab_ids)
+        self.taps = (target.n_layers,)          # the final normed feature
+        shape = LayerShape.of(target)
+        self.fc = nn.Linear(2 * shape.d, shape.d, bias=True)
+        self.layer = DecoderLayer(shape)
+        with torch.no_grad():   # start as "pass the feature through"
+            self.fc.weight.zero_()
+            self.fc.weight[:, shape.d:] = torch.eye(shape.d)
+            self.fc.bias.zero_()
+            self.layer.o.weight.mul_(0.1)
+            self.layer.down.weight.mul_(0.1)
+
+    def fuse(self, feats: dict[int, torch.Tensor]) -> torch.Tensor:
+        return feats[self.taps[0]]
+
+    def forward(self, g, emb, positions, past=None, mask=None):
+        out, kv = self.layer(self.fc(torch.cat([emb, g], -1)), positions,
+                             None if past is None else past[0], mask)
+        return out, out @ self.head_w.T, [kv]
+
+
+def load_head(target) -> Eagle1Head:
+    tensors, cfg = weights.load(ID, target.fingerprint)
+    head = Eagle1Head(target, tensors.pop("vocab_ids"))
+    head.load_state_dict(tensors)
+    return head.to(target.device).eval()
+
+
+@dataclass(frozen=True)
+class Eagle2Settings:
+    top_k: int = 6
+    depth: int = 6
+    total_tokens: int = 24
+
+    def check(self) -> None:
+        if not (1 <= self.top_k <= 16 and 1 <= self.depth <= 12 and 2 <= self.total_tokens <= 128):
+            raise ValueError("eagle2 needs top_k in 1..16, depth in 1..12, total_tokens in 2..128")
+
+
+class EagleDrafter:
+    """EAGLE-1 (settings None: the static tree) or EAGLE-2 (dynamic tree) over one head."""
+
+    def __init__(self, head, settings: "Eagle2Settings | None"):
+        self.head, self.settings = head, settings
+        self.taps = head.taps
+
+    def start(self, prompt_ids, feats):
+        return fh.start(prompt_ids, feats)
+
+    def draft(self, state, root: int, sp: SamplingParams, generator) -> DraftTree:
+        s = self.settings
+        if s is None:
+            return fh.static_tree(self.head, state, root, STATIC_TREE)
+        return fh.dynamic_tree(self.head, state, root, s.top_k, s.depth, s.total_tokens)
+
+    def commit(self, state, tokens, feats) -> None:
+        fh.commit(state, tokens, feats)
+
+    def cache_len(self, state) -> int:
+        return state.cached
+
+
+def build_eagle1(target, settings: None) -> EagleDrafter:
+    return EagleDrafter(load_head(target), None)
+
+
+def build_eagle2(target, settings: Eagle2Settings) -> EagleDrafter:
+    return EagleDrafter(load_head(target), settings)
+
+
+# --- training ---------------------------------------------------------------------------------
+class Eagle1Trainable:
+    eval_steps = 5
+
+    def __init__(self, head: Eagle1Head, noise: float = 0.2):
+        self.module = head
+        self.taps = head.taps
+        self.noise = noise
+        self.t2d = fh.t2d_table(head.vocab_ids, head.vocab)
+
+    def loss(self, batch, generator):
+        f = batch[f"h{self.taps[0]}"]
+        noise = (torch.rand(f.shape, generator=generator, device=f.device) - 0.5) * self.noise
+        out, logits = fh.unroll(self.module, batch, 1, g0=f + noise)[0]
+        w = fh.shift(batch["valid"], 1)
+        reg = F.smooth_l1_loss(out, fh.shift(f, 1), reduction="none").mean(-1)
+        ce, wc = fh.soft_ce(logits, batch, self.t2d.to(f.device), 1)
+        reg = (reg * w).sum() / w.sum().clamp(min=1)
+        ce = (ce * wc).sum() / wc.sum().clamp(min=1)
+        return reg + 0.1 * ce, {"reg": reg.detach(), "ce": ce.detach()}
+
+    def evaluate(self, batch):
+        steps = fh.unroll(self.module, batch, self.eval_steps)
+        return fh.hits([lg for _, lg in steps], batch, self.t2d.to(batch["tokens"].device))
+
+    def export(self):
+        tensors = {k: v for k, v in self.module.state_dict().items()}
+        tensors["vocab_ids"] = self.module.vocab_ids.to(torch.int32)
+        return tensors, {"draft_vocab": len(self.module.vocab_ids), "taps": list(self.taps)}
+
+    def describe(self) -> str:
+        return ("EAGLE-1 feature head: fc Linear(2d -> d, bias) on cat(emb(t_{i+1}), f_i) with "
+                "f = target hidden_states[30], one Llama decoder layer (d 576, 9/3 heads, MLP "
+                "1536), output = predicted next feature; logits from the target's frozen LM head "
+                f"restricted to a {len(self.module.vocab_ids)}-token draft vocabulary (most "
+                "target probability mass in the data). Loss SmoothL1(f̂, f) + 0.1 * soft CE "
+                "(top-64 target probabilities), uniform input noise ±0.1. Strategies: `eagle1` "
+                "(static 20-node tree), `eagle2` (EAGLE-2 dynamic tree, same weights).")
+
+
+def trainable(target, args, data=None) -> Eagle1Trainable:
+    from specviz.train.data import TrainData
+    data = data or TrainData(args.data)
+    return Eagle1Trainable(Eagle1Head(target, data.vocab_by_mass(DRAFT_VOCAB, target.vocab)))

@@ -1,0 +1,149 @@
+"""EAGLE-3 (strategy `eagle3`): three fused target layers, direct token prediction, trained with
+training-time test; EAGLE-2 dynamic tree or chain drafting. ALGORITHMS.md §2.
+
+Boundary: the head, its drafter and its Trainable. g_i = fc(cat(norm(h_low), norm(h_mid), norm(h_high)))
+for real positions (hidden_states 2, L//2, L-3 = 2, 15, 27 on the 30-layer target); draft steps feed the
+head's own output instead. The decoder layer attends over cat(norm(emb(t_{i+1})), norm(g_i))
+(2d wide) with residual g_i; its own RMSNorm and the LM head over a reduced draft vocabulary
+(d2t as the sorted id list `vocab_ids`) give the logits. The head rows start as (and here stay)
+the target's rows: shipping them would double the file for a small gain at CPU scale.
+Loss: sum_j 0.8^j * soft CE at unroll step j (the target distribution on the draft vocab).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from specviz.drafters import feature_heads as fh
+from specviz.drafters import weights
+from specviz.drafters.eagle import DRAFT_VOCAB, FrozenTargetParts
+from specviz.drafters.layers import DecoderLayer, LayerShape
+from specviz.engine.sampling import SamplingParams
+from specviz.engine.tree import DraftTree
+
+ID = "eagle3"
+
+
+def eagle3_taps(n_layers: int) -> tuple[int, int, int]:
+    return (2, n_layers // 2, n_layers - 3)
+
+
+class Eagle3Head(FrozenTargetParts):
+    def __init__(self, target, vocab_ids: torch.Tensor):
+        super().__init__(target, vocab_ids)
+        self.taps = eagle3_taps(target.n_layers)
+        shape = LayerShape.of(target, d_in=2 * target.hidden)
+        d = shape.d
+        self.tap_norms = nn.ModuleList(nn.RMSNorm(d, eps=shape.eps) for _ in self.taps)
+        self.fc = nn.Linear(3 * d, d, bias=False)
+        self.emb_norm = nn.RMSNorm(d, eps=shape.eps)
+        self.h_norm = nn.RMSNorm(d, eps=shape.eps)
+        self.layer = DecoderLayer(shape)
+        self.norm = nn.RMSNorm(d, eps=shape.eps)
+        with torch.no_grad():   # start near "the normed high tap is the feature"
+            self.fc.weight.mul_(0.1)
+            self.fc.weight[:, 2 * d:] += torch.eye(d)
+            self.norm.weight.copy_(target.final_norm.weight)
+            self.layer.o.weight.mul_(0.1)
+            self.layer.down.weight.mul_(0.1)
+
+    def fuse(self, feats: dict[int, torch.Tensor]) -> torch.Tensor:
+        # each tap RMS-normed first: mid/high target layers carry outlier dims of ~3e4
+        return self.fc(torch.cat([n(feats[k]) for n, k in zip(self.tap_norms, self.taps)], -1))
+
+    def forward(self, g, emb, positions, past=None, mask=None):
+        x = torch.cat([self.emb_norm(emb), self.h_norm(g)], -1)
+        out, kv = self.layer(x, positions, None if past is None else past[0], mask, residual=g)
+        return out, self.norm(out) @ self.head_w.T, [kv]
+
+
+def load_head(target) -> Eagle3Head:
+    tensors, cfg = weights.load(ID, target.fingerprint)
+    head = Eagle3Head(target, tensors.pop("vocab_ids"))
+    head.load_state_dict(tensors)
+    return head.to(target.device).eval()
+
+
+@dataclass(frozen=True)
+class Eagle3Settings:
+    mode: str = "tree"          # "tree" (EAGLE-2 dynamic tree) or "chain"
+    top_k: int = 6
+    depth: int = 7
+    total_tokens: int = 24
+    gamma: int = 5              # chain length
+
+    def check(self) -> None:
+        if self.mode not in ("tree", "chain"):
+            raise ValueError("eagle3 mode must be tree or chain")
+        if not (1 <= self.top_k <= 16 and 1 <= self.depth <= 12 and 2 <= self.total_tokens <= 128
+                and 1 <= self.gamma <= 16):
+            raise ValueError("eagle3 needs top_k 1..16, depth 1..12, total_tokens 2..128, "
+                             "gamma 1..16")
+
+
+class Eagle3Drafter:
+    def __init__(self, head: Eagle3Head, settings: Eagle3Settings):
+        self.head, self.settings = head, settings
+        self.taps = head.taps
+
+    def start(self, prompt_ids, feats):
+        return fh.start(prompt_ids, feats)
+
+    def draft(self, state, root: int, sp: SamplingParams, generator) -> DraftTree:
+        s = self.settings
+        if s.mode == "chain":
+            return fh.chain(self.head, state, root, s.gamma, sp, generator)
+        return fh.dynamic_tree(self.head, state, root, s.top_k, s.depth, s.total_tokens)
+
+    def commit(self, state, tokens, feats) -> None:
+        fh.commit(state, tokens, feats)
+
+    def cache_len(self, state) -> int:
+        return state.cached
+
+
+def build(target, settings: Eagle3Settings) -> Eagle3Drafter:
+    return Eagle3Drafter(load_head(target), settings)
+
+
+# --- training ---------------------------------------------------------------------------------
+class Eagle3Trainable:
+    def __init__(self, head: Eagle3Head, steps: int = 4, decay: float = 0.8):
+        self.module, self.steps, self.decay = head, steps, decay
+        self.taps = head.taps
+        self.t2d = fh.t2d_table(head.vocab_ids, head.vocab)
+
+    def loss(self, batch, generator):
+        t2d = self.t2d.to(batch["tokens"].device)
+        total, stats = 0.0, {}
+        for j, (_, logits) in enumerate(fh.unroll(self.module, batch, self.steps)):
+            ce, w = fh.soft_ce(logits, batch, t2d, 1 + j)
+            ce = (ce * w).sum() / w.sum().clamp(min=1)
+            total = total + self.decay ** j * ce
+            stats[f"ce{j}"] = ce.detach()
+        return total, stats
+
+    def evaluate(self, batch):
+        steps = fh.unroll(self.module, batch, self.steps)
+        return fh.hits([lg for _, lg in steps], batch, self.t2d.to(batch["tokens"].device))
+
+    def export(self):
+        tensors = dict(self.module.state_dict())
+        tensors["vocab_ids"] = self.module.vocab_ids.to(torch.int32)
+        return tensors, {"draft_vocab": len(self.module.vocab_ids), "taps": list(self.taps)}
+
+    def describe(self) -> str:
+        return (f"EAGLE-3 head: fc Linear(3d -> d) on target hidden_states {list(self.taps)}; one "
+                "Llama decoder layer whose attention reads cat(RMSNorm(emb), RMSNorm(g)) (2d) "
+                "with residual g; RMSNorm + the target's LM-head rows of a "
+                f"{len(self.module.vocab_ids)}-token draft vocabulary (frozen, `vocab_ids` = d2t "
+                f"as ids). Training-time test: {self.steps} unrolled steps, loss sum 0.8^j soft "
+                "CE. Strategy `eagle3`: EAGLE-2 dynamic tree (default) or chain (mode=chain).")
+
+
+def trainable(target, args, data=None) -> Eagle3Trainable:
+    from specviz.train.data import TrainData
+    data = data or TrainData(args.data)
+    return Eagle3Trainable(Eagle3Head(target, data.vocab_by_mass(DRAFT_VOCAB, target.vocab)))

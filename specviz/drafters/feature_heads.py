@@ -1,0 +1,287 @@
+"""What the EAGLE-family drafters share: per-request state with a head cache of committed
+positions, lazy catch-up, tree and chain drafting, and the training-time unroll.
+
+Boundary: drafting policy over a `head` (an nn.Module) with
+- `taps`; `fuse(feats) -> g [.., d]`: real target features to the head's input feature;
+- `embed(tokens) -> [.., d]` (the target's frozen embedding);
+- `forward(g, emb, positions [n], past, mask) -> (out [b, n, d], logits [b, n, Vd], new_kv)`,
+  past/new_kv a list of per-layer (k, v) [b, kv, P, hd]; mask [n, P + n] bool (True = attend);
+- buffer `vocab_ids` [Vd]: draft index -> target token id (EAGLE-3's d2t, as ids).
+
+Indexing (EAGLE's convention): head entry i is (g_i, token_{i+1}) at position i; its output
+predicts token_{i+2}. With committed tokens x_0..x_{L-1} in the target cache and root x_L, the
+entries 0..L-1 are all real (entry L-1 pairs f_{L-1} with the root) and are cached for good;
+draft entries (g = the parent's output) extend the cache only during one `draft` call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from specviz.engine.sampling import SamplingParams, draw
+from specviz.engine.tree import DraftTree
+
+
+@dataclass
+class HeadState:
+    tokens: list[int]                                   # committed tokens except the root
+    pending: list[dict[int, torch.Tensor]]              # target feats of tokens[cached:]
+    kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    cached: int = 0                                     # head entries in kv
+
+
+def start(prompt_ids: list[int], feats: dict[int, torch.Tensor]) -> HeadState:
+    return HeadState(list(prompt_ids[:-1]), [feats] if feats else [])
+
+
+def commit(state: HeadState, tokens: list[int], feats: dict[int, torch.Tensor]) -> None:
+    state.tokens.extend(tokens)
+    state.pending.append(feats)
+
+
+def cat_kv(a, b):
+    if a is None or b is None:
+        return b if a is None else a
+    return [(torch.cat([x[0], y[0]], 2), torch.cat([x[1], y[1]], 2)) for x, y in zip(a, b)]
+
+
+@torch.no_grad()
+def catch_up(head, state: HeadState, root: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Run the real entries not yet cached (the last one pairs with the root); return the root
+    entry's (output [d], logits [Vd]), or None when there is no feature yet (1-token prompt)."""
+    L = len(state.tokens)
+    if L == 0:
+        return None
+    if state.cached == L:
+        raise RuntimeError("catch_up: the root entry is already cached")
+    feats = {k: torch.cat([p[k] for p in state.pending]) for k in head.taps}
+    dev = head.vocab_ids.device
+    g = head.fuse({k: v.to(dev, torch.float32) for k, v in feats.items()})[None]
+    nxt = state.tokens[state.cached + 1:] + [root]
+    pos = torch.arange(state.cached, L, device=dev)
+    n = L - state.cached
+    mask = torch.ones(n, L, dtype=torch.bool, device=dev)
+    mask[:, state.cached:] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
+    out, logits, kv = head(g, head.embed(torch.tensor([nxt], device=dev)), pos, state.kv, mask)
+    state.kv = cat_kv(state.kv, kv)
+    state.cached, state.pending = L, []
+    return out[0, -1], logits[0, -1]
+
+
+def crop(state: HeadState) -> None:
+    """Drop draft entries: keep the committed ones."""
+    if state.kv is not None:
+        state.kv = [(k[:, :, :state.cached], v[:, :, :state.cached]) for k, v in state.kv]
+
+
+@dataclass
+class Node:
+    draft_id: int                 # index in the draft vocabulary
+    parent: "Node | None"         # None: child of the root
+    depth: int
+    score: float                  # cumulative log q along the path
+    prob: float                   # q of this token given its parent
+    g: torch.Tensor               # the parent's output feature (this node's input)
+    run: int = -1                 # position in the tree kv once run through the head
+    anc: list[int] = field(default_factory=list)   # run indices of run ancestors
+
+
+class Expander:
+    """Runs batches of tree nodes through the head over the committed cache + tree entries."""
+
+    def __init__(self, head, state: HeadState):
+        self.head, self.state = head, state
+        self.extra = None
+        self.n_extra = 0
+
+    @torch.no_grad()
+    def run(self, nodes: list[Node]) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> (outputs [n, d], log q [n, Vd]) of the nodes (their children's inputs)."""
+        head, P, E, n = self.head, self.state.cached, self.n_extra, len(nodes)
+        dev = head.vocab_ids.device
+        mask = torch.zeros(n, P + E + n, dtype=torch.bool, device=dev)
+        mask[:, :P] = True
+        for r, node in enumerate(nodes):
+            node.anc = (node.parent.anc + [node.parent.run]) if node.parent else []
+            mask[r, [P + a for a in node.anc]] = True
+            mask[r, P + E + r] = True
+            node.run = E + r
+        g = torch.stack([x.g for x in nodes])[None]
+        tok = head.vocab_ids[torch.tensor([x.draft_id for x in nodes], device=dev)]
+        pos = torch.tensor([P - 1 + x.depth for x in nodes], device=dev)
+        out, logits, kv = head(g, head.embed(tok[None]), pos, cat_kv(self.state.kv, self.extra),
+                               mask)
+        self.extra = cat_kv(self.extra, kv)
+        self.n_extra += n
+        return out[0], F.log_softmax(logits[0].float(), -1)
+
+
+def to_tree(head, root: int, chosen: list[Node], note: str) -> DraftTree:
+    """Depth-ordered DraftTree from chosen nodes (parents always chosen too)."""
+    order = sorted(chosen, key=lambda x: x.depth)
+    index = {id(x): i + 1 for i, x in enumerate(order)}
+    ids = head.vocab_ids.tolist()
+    return DraftTree([root] + [ids[x.draft_id] for x in order],
+                     [-1] + [index[id(x.parent)] if x.parent else 0 for x in order],
+                     confidence=[None] + [x.prob for x in order], note=note)
+
+
+def children_of(parent: Node | None, out: torch.Tensor, logq: torch.Tensor, k: int) -> list[Node]:
+    v, ix = logq.topk(k)
+    base = parent.score if parent else 0.0
+    depth = parent.depth + 1 if parent else 1
+    return [Node(int(i), parent, depth, base + float(s), float(s.exp()), out)
+            for s, i in zip(v, ix)]
+
+
+def dynamic_tree(head, state: HeadState, root: int, top_k: int, depth: int,
+                 total_tokens: int) -> DraftTree:
+    """EAGLE-2: expand the global top-k frontier by cumulative log q for `depth` levels, then
+    keep the total_tokens-1 best recorded nodes (a valid tree: a child never outscores its
+    parent, and sorting by (score, depth) puts parents first)."""
+    first = catch_up(head, state, root)
+    if first is None:
+        return DraftTree.root_only(root, fallback=True, note="no target feature yet")
+    ex = Expander(head, state)
+    frontier = children_of(None, first[0], F.log_softmax(first[1].float(), -1), top_k)
+    recorded = list(frontier)
+    for _ in range(depth - 1):
+        outs, logq = ex.run(frontier)
+        cands = [c for j, node in enumerate(frontier)
+                 for c in children_of(node, outs[j], logq[j], top_k)]
+        recorded += cands
+        frontier = sorted(cands, key=lambda x: -x.score)[:top_k]
+    crop(state)
+    ranked = sorted(enumerate(recorded), key=lambda t: (-t[1].score, t[1].depth, t[0]))
+    chosen = [x for _, x in ranked[:total_tokens - 1]]
+    return to_tree(head, root, chosen, f"EAGLE-2 dynamic tree: top-k {top_k}, depth {depth}, "
+                                       f"{len(chosen)} nodes")
+
+
+def static_tree(head, state: HeadState, root: int, shape: list[tuple[int, ...]]) -> DraftTree:
+    """EAGLE-1: a fixed tree of rank paths, e.g. (0,), (1,), (0, 0): rank-r child of each node."""
+    first = catch_up(head, state, root)
+    if first is None:
+        return DraftTree.root_only(root, fallback=True, note="no target feature yet")
+    ex = Expander(head, state)
+    width = 1 + max(p[-1] for p in shape)
+    by_path: dict[tuple[int, ...], Node] = {}
+    kids = children_of(None, first[0], F.log_softmax(first[1].float(), -1), width)
+    for p in (p for p in shape if len(p) == 1):
+        by_path[p] = kids[p[0]]
+    for d in range(2, max(map(len, shape)) + 1):
+        parents = sorted({p[:-1] for p in shape if len(p) == d})
+        outs, logq = ex.run([by_path[p] for p in parents])
+        for j, pp in enumerate(parents):
+            kids = children_of(by_path[pp], outs[j], logq[j], width)
+            for p in (p for p in shape if len(p) == d and p[:-1] == pp):
+                by_path[p] = kids[p[-1]]
+    crop(state)
+    return to_tree(head, root, [by_path[p] for p in shape],
+                   f"EAGLE-1 static tree: {len(shape)} nodes")
+
+
+def chain(head, state: HeadState, root: int, gamma: int, sp: SamplingParams,
+          generator: torch.Generator | None) -> DraftTree:
+    """γ tokens drafted one by one; sampled from q when sp samples (lossless residuals)."""
+    first = catch_up(head, state, root)
+    if first is None:
+        return DraftTree.root_only(root, fallback=True, note="no target feature yet")
+    ex = Expander(head, state)
+    out, logits = first
+    toks, qs, rows, node = [], [], [], None
+    for j in range(gamma):
+        tok, q, row = draw(full_logits(head, logits), sp, generator)
+        toks.append(tok)
+        qs.append(q)
+        rows.append(row)
+        if j == gamma - 1:
+            break
+        d_id = int(torch.searchsorted(head.vocab_ids, torch.tensor(tok, device=head.vocab_ids.device)))
+        node = Node(d_id, node, j + 1, 0.0, q, out)
+        outs, logq = ex.run([node])
+        out, logits = outs[0], logq[0]
+    crop(state)
+    return DraftTree.chain(root, toks, q=qs if not sp.greedy else None,
+                           q_rows=rows if not sp.greedy else None, confidence=qs,
+                           note=f"chain of {gamma}")
+
+
+def full_logits(head, logits: torch.Tensor) -> torch.Tensor:
+    """[Vd] draft logits -> [V] target-vocab logits (-inf outside the draft vocabulary)."""
+    full = torch.full((head.vocab,), float("-inf"), device=logits.device)
+    return full.index_copy(0, head.vocab_ids, logits.float())
+
+
+# --- training-time unroll --------------------------------------------------------------------
+def unroll_mask(T: int, step: int, device=None) -> torch.Tensor:
+    """[T, (step+1)T] bool for the queries of unroll step `step`: step-0 keys causally, then
+    only the diagonal key (the same chain) of each later step (EAGLE-3's training-time test)."""
+    eye = torch.eye(T, dtype=torch.bool, device=device)
+    return torch.cat([torch.ones(T, T, dtype=torch.bool, device=device).tril()] + [eye] * step, 1)
+
+
+def shift(x: torch.Tensor, n: int) -> torch.Tensor:
+    """x[:, i] <- x[:, i + n] along dim 1, zero-padded at the end."""
+    if n == 0:
+        return x
+    pad = torch.zeros_like(x[:, :n])
+    return torch.cat([x[:, n:], pad], 1)
+
+
+def unroll(head, batch: dict, steps: int, g0: torch.Tensor | None = None,
+           inputs=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Draft `steps` tokens from every position at once, tokens teacher-forced: chain i at step
+    j feeds (step j-1's output, token_{i+1+j}) at position i+j and predicts token_{i+2+j}.
+    inputs(j, prev_out) -> (g, emb) overrides the step-j inputs (P-EAGLE's mask entries).
+    Returns per step (out [B, T, d], logits [B, T, Vd])."""
+    tokens = batch["tokens"]
+    T = tokens.shape[1]
+    g = head.fuse({k: batch[f"h{k}"] for k in head.taps}) if g0 is None else g0
+    past, res = None, []
+    for j in range(steps):
+        if inputs is not None and j > 0:
+            g, emb = inputs(j, res[-1][0])
+        else:
+            emb = head.embed(shift(tokens, 1 + j))
+        pos = torch.arange(T, device=tokens.device) + j
+        out, logits, kv = head(g, emb, pos, past, unroll_mask(T, j, tokens.device))
+        past = cat_kv(past, kv)
+        res.append((out, logits))
+        g = out
+    return res
+
+
+def soft_ce(logits: torch.Tensor, batch: dict, t2d: torch.Tensor, offset: int
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy of draft logits [B, T, Vd] at chain i against the target distribution at
+    position i+offset (top-k soft labels restricted to the draft vocabulary, renormalised).
+    Returns (per-position loss [B, T], weight [B, T]: valid and inside the sequence)."""
+    ids = shift(batch["topk_ids"], offset)
+    p = shift(batch["topk_p"], offset).float()
+    d = t2d[ids]                                            # -1 outside the draft vocab
+    p = p * (d >= 0)
+    mass = p.sum(-1, keepdim=True)
+    lp = F.log_softmax(logits.float(), -1).gather(-1, d.clamp(min=0))
+    loss = -(p / mass.clamp(min=1e-6) * lp).sum(-1)
+    w = shift(batch["valid"], offset) * (mass[..., 0] > 0)
+    return loss, w
+
+
+def hits(logits_by_step: list[torch.Tensor], batch: dict, t2d: torch.Tensor) -> torch.Tensor:
+    """[n, D] bool: whether step j's argmax is the target's argmax at position i+1+j, for the
+    start positions i whose D targets all lie inside the sequence."""
+    D = len(logits_by_step)
+    tgt = batch["topk_ids"][..., 0]
+    cols = [(lg.argmax(-1) == shift(t2d[tgt], 1 + j)) for j, lg in enumerate(logits_by_step)]
+    h = torch.stack(cols, -1)                               # [B, T, D]
+    ok = shift(batch["valid"], D) > 0
+    return h[ok]
+
+
+def t2d_table(vocab_ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    t = torch.full((vocab,), -1, dtype=torch.long, device=vocab_ids.device)
+    t[vocab_ids] = torch.arange(len(vocab_ids), device=vocab_ids.device)
+    return t

@@ -1,0 +1,177 @@
+"""P-EAGLE (strategy `peagle`): parallel drafting, one drafter forward proposes K tokens.
+ALGORITHMS.md §3.
+
+Boundary: the head, its drafter and its Trainable. EAGLE-3 features (hidden_states 2, L//2,
+L-3, each RMS-normed, fused by fc) and a deeper drafter (N decoder layers). Entry input = fc_in(cat(emb, g)). The
+draft block is one forward of K entries: the root entry (real feature, root token; cached for
+good) and K-1 mask entries (a learned shared hidden state and a learned mask-token embedding) at
+the next positions, causal among themselves; entry k's output predicts draft token k+1. Draft
+tokens never feed back, so sampled drafts use each position's own row (lossless residuals).
+Loss: sum_k 0.8^k * soft CE.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specviz.drafters import feature_heads as fh
+from specviz.drafters import weights
+from specviz.drafters.eagle import DRAFT_VOCAB, FrozenTargetParts
+from specviz.drafters.eagle3 import eagle3_taps
+from specviz.drafters.layers import DecoderLayer, LayerShape
+from specviz.engine.sampling import SamplingParams, draw
+from specviz.engine.tree import DraftTree
+
+ID = "peagle"
+
+
+class PEagleHead(FrozenTargetParts):
+    def __init__(self, target, vocab_ids: torch.Tensor, layers: int = 2, ffn: int = 768):
+        super().__init__(target, vocab_ids)
+        self.taps = eagle3_taps(target.n_layers)
+        shape = LayerShape.of(target, ffn=ffn)
+        d = shape.d
+        self.n_layers, self.ffn = layers, ffn
+        self.tap_norms = nn.ModuleList(nn.RMSNorm(d, eps=shape.eps) for _ in self.taps)
+        self.fc = nn.Linear(3 * d, d, bias=False)
+        self.fc_in = nn.Linear(2 * d, d, bias=True)
+        self.layers = nn.ModuleList(DecoderLayer(shape) for _ in range(layers))
+        self.norm = nn.RMSNorm(d, eps=shape.eps)
+        self.mask_hidden = nn.Parameter(torch.zeros(d))
+        self.mask_emb = nn.Parameter(target.embed.weight.detach().float().mean(0).clone())
+        with torch.no_grad():
+            self.fc.weight.mul_(0.1)
+            self.fc.weight[:, 2 * d:] += torch.eye(d)
+            self.fc_in.weight.mul_(0.1)
+            self.fc_in.weight[:, d:] += torch.eye(d)
+            self.fc_in.bias.zero_()
+            self.norm.weight.copy_(target.final_norm.weight)
+            for layer in self.layers:
+                layer.o.weight.mul_(0.1)
+                layer.down.weight.mul_(0.1)
+
+    def fuse(self, feats: dict[int, torch.Tensor]) -> torch.Tensor:
+        return self.fc(torch.cat([n(feats[k]) for n, k in zip(self.tap_norms, self.taps)], -1))
+
+    def forward(self, g, emb, positions, past=None, mask=None):
+        h = self.fc_in(torch.cat([emb, g], -1))
+        kvs = []
+        for i, layer in enumerate(self.layers):
+            h, kv = layer(h, positions, None if past is None else past[i], mask)
+            kvs.append(kv)
+        return h, self.norm(h) @ self.head_w.T, kvs
+
+    def mask_inputs(self, shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
+        """(g, emb) of mask entries, broadcast to shape [..., d]."""
+        return self.mask_hidden.expand(shape), self.mask_emb.expand(shape)
+
+
+def load_head(target) -> PEagleHead:
+    tensors, cfg = weights.load(ID, target.fingerprint)
+    head = PEagleHead(target, tensors.pop("vocab_ids"), cfg["layers"], cfg["ffn"])
+    head.load_state_dict(tensors)
+    return head.to(target.device).eval()
+
+
+@dataclass(frozen=True)
+class PEagleSettings:
+    k: int = 4                  # tokens proposed by one forward
+
+    def check(self) -> None:
+        if not 1 <= self.k <= 8:
+            raise ValueError("peagle k must be in 1..8 (trained for 4)")
+
+
+class PEagleDrafter:
+    def __init__(self, head: PEagleHead, settings: PEagleSettings):
+        self.head, self.settings = head, settings
+        self.taps = head.taps
+
+    def start(self, prompt_ids, feats):
+        return fh.start(prompt_ids, feats)
+
+    @torch.no_grad()
+    def draft(self, state, root: int, sp: SamplingParams, generator) -> DraftTree:
+        head, K = self.head, self.settings.k
+        first = fh.catch_up(head, state, root)      # the root entry: real feature + root token
+        if first is None:
+            return DraftTree.root_only(root, fallback=True, note="no target feature yet")
+        rows = [first[1]]
+        if K > 1:                                    # K-1 mask entries in the same block
+            dev = head.vocab_ids.device
+            P = state.cached
+            g, emb = head.mask_inputs((1, K - 1, head.mask_hidden.shape[0]))
+            mask = torch.ones(K - 1, P + K - 1, dtype=torch.bool, device=dev)
+            mask[:, P:] = torch.ones(K - 1, K - 1, dtype=torch.bool, device=dev).tril()
+            _, logits, _ = head(g, emb, torch.arange(P, P + K - 1, device=dev), state.kv, mask)
+            rows += list(logits[0])
+        toks, qs, qrows = [], [], []
+        for lg in rows:
+            tok, q, row = draw(fh.full_logits(head, F.log_softmax(lg.float(), -1)), sp, generator)
+            toks.append(tok)
+            qs.append(q)
+            qrows.append(row)
+        greedy = sp.greedy
+        return DraftTree.chain(root, toks, q=None if greedy else qs,
+                               q_rows=None if greedy else qrows, confidence=qs,
+                               note=f"P-EAGLE: {K} tokens from one forward")
+
+    def commit(self, state, tokens, feats) -> None:
+        fh.commit(state, tokens, feats)
+
+    def cache_len(self, state) -> int:
+        return state.cached
+
+
+def build(target, settings: PEagleSettings) -> PEagleDrafter:
+    return PEagleDrafter(load_head(target), settings)
+
+
+# --- training ---------------------------------------------------------------------------------
+class PEagleTrainable:
+    def __init__(self, head: PEagleHead, k: int = 4, decay: float = 0.8):
+        self.module, self.k, self.decay = head, k, decay
+        self.taps = head.taps
+        self.t2d = fh.t2d_table(head.vocab_ids, head.vocab)
+
+    def _steps(self, batch):
+        return fh.unroll(self.module, batch, self.k,
+                         inputs=lambda j, prev: self.module.mask_inputs(prev.shape))
+
+    def loss(self, batch, generator):
+        t2d = self.t2d.to(batch["tokens"].device)
+        total, stats = 0.0, {}
+        for j, (_, logits) in enumerate(self._steps(batch)):
+            ce, w = fh.soft_ce(logits, batch, t2d, 1 + j)
+            ce = (ce * w).sum() / w.sum().clamp(min=1)
+            total = total + self.decay ** j * ce
+            stats[f"ce{j}"] = ce.detach()
+        return total, stats
+
+    def evaluate(self, batch):
+        return fh.hits([lg for _, lg in self._steps(batch)], batch,
+                       self.t2d.to(batch["tokens"].device))
+
+    def export(self):
+        tensors = dict(self.module.state_dict())
+        tensors["vocab_ids"] = self.module.vocab_ids.to(torch.int32)
+        return tensors, {"draft_vocab": len(self.module.vocab_ids), "taps": list(self.taps),
+                         "layers": self.module.n_layers, "ffn": self.module.ffn, "k": self.k}
+
+    def describe(self) -> str:
+        m = self.module
+        return (f"P-EAGLE head: fc Linear(3d -> d) on target hidden_states {list(self.taps)}, "
+                f"fc_in Linear(2d -> d) on cat(emb, g), {m.n_layers} Llama decoder layers (MLP "
+                f"{m.ffn}), learned shared hidden state and mask-token embedding for the parallel "
+                f"positions; RMSNorm + the target's frozen LM-head rows of a "
+                f"{len(m.vocab_ids)}-token draft vocabulary. One forward proposes K = {self.k} "
+                "tokens; loss sum 0.8^k soft CE over the K positions.")
+
+
+def trainable(target, args, data=None) -> PEagleTrainable:
+    from specviz.train.data import TrainData
+    data = data or TrainData(args.data)
+    return PEagleTrainable(PEagleHead(target, data.vocab_by_mass(DRAFT_VOCAB, target.vocab)))

@@ -1,0 +1,26 @@
+"""Fixtures for drafter and training tests: a small feature file built from the tiny random
+target (its own greedy answers to a few pool instructions), the same pipeline as the real data."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from specviz.train import data as D
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tiny_target, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny-data")
+    responses = D.generate_responses(tiny_target, 40, out_dir=out, batch=20, max_new_tokens=40,
+                                     stdlib_chunks=2)
+    path = D.build_features(tiny_target, responses, out / "data.safetensors")
+    return path
+
+
+def args_for(path, **kw) -> argparse.Namespace:
+    from specviz.train.cli import parser
+    args = parser().parse_args(["--drafter", "x", "--data", str(path)])
+    for k, v in kw.items():
+        setattr(args, k, v)
+    return args

@@ -1,0 +1,131 @@
+"""The learned drafters of issue 3 (draft, eagle1, eagle2, eagle3, peagle): head forward and
+draft-tree shapes on the tiny random target, greedy equality with `ar` through the real decode
+loop (random drafter weights), lossless sampling runs, and the shipped weights on the real
+target."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz import strategies
+from specviz.drafters import feature_heads as fh
+from specviz.drafters.base import DrafterUnavailable
+from specviz.drafters.draft_lm import DraftLMDrafter, DraftModel, DraftSettings
+from specviz.drafters.eagle import STATIC_TREE, Eagle1Head, Eagle2Settings, EagleDrafter
+from specviz.drafters.eagle3 import Eagle3Drafter, Eagle3Head, Eagle3Settings
+from specviz.drafters.peagle import PEagleDrafter, PEagleHead, PEagleSettings
+from specviz import events as ev
+from specviz.engine.decode import GenSettings, run
+from specviz.engine.sampling import SamplingParams
+
+PROMPTS = ["What is the capital of France?", "Write a Python function that adds two numbers."]
+
+
+def vocab(n=1024):
+    return torch.randperm(49152, generator=torch.Generator().manual_seed(0))[:n].sort().values
+
+
+@pytest.fixture(scope="module")
+def heads(tiny_target):
+    torch.manual_seed(1)
+    v = vocab()
+    return {"eagle1": Eagle1Head(tiny_target, v).eval(), "eagle3": Eagle3Head(tiny_target, v).eval(),
+            "peagle": PEagleHead(tiny_target, v).eval(),
+            "draft": DraftModel(tiny_target, v).init_from_target(tiny_target).eval()}
+
+
+def drafters(heads):
+    return {
+        "eagle1": EagleDrafter(heads["eagle1"], None),
+        "eagle2": EagleDrafter(heads["eagle1"], Eagle2Settings(top_k=4, depth=4, total_tokens=12)),
+        "eagle3": Eagle3Drafter(heads["eagle3"], Eagle3Settings(top_k=3, depth=5, total_tokens=10)),
+        "eagle3-chain": Eagle3Drafter(heads["eagle3"], Eagle3Settings(mode="chain", gamma=4)),
+        "peagle": PEagleDrafter(heads["peagle"], PEagleSettings(k=4)),
+        "draft": DraftLMDrafter(heads["draft"], DraftSettings(gamma=4)),
+    }
+
+
+def tokens_of(events) -> list[int]:
+    return [t for e in events if isinstance(e, ev.Accepted) for t in e.new_tokens]
+
+
+@pytest.mark.parametrize("name", ["eagle1", "eagle3", "peagle"])
+def test_head_forward_shapes(tiny_target, heads, name):
+    head = heads[name]
+    T = 7
+    feats = {k: torch.randn(T, tiny_target.hidden) for k in head.taps}
+    g = head.fuse(feats)[None]
+    emb = head.embed(torch.randint(0, 1000, (1, T)))
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    out, logits, kv = head(g, emb, torch.arange(T), None, mask)
+    assert out.shape == (1, T, tiny_target.hidden)
+    assert logits.shape == (1, T, len(head.vocab_ids))
+    assert kv[0][0].shape[2] == T
+
+
+def test_draft_tree_shapes(tiny_target, heads):
+    ids = tiny_target.encode(PROMPTS[0])
+    feats = tiny_target.forward(ids[:-1], tiny_target.new_cache(), taps=(1, 2, 4)).taps
+    sp = SamplingParams()
+    d = drafters(heads)
+    expect = {"eagle1": len(STATIC_TREE) + 1, "eagle2": 12, "eagle3": 10, "eagle3-chain": 5,
+              "peagle": 5, "draft": 5}
+    for name, drafter in d.items():
+        state = drafter.start(ids, feats)
+        tree = drafter.draft(state, ids[-1], sp, None)
+        assert len(tree) == expect[name], name
+        assert tree.tokens[0] == ids[-1]
+        assert max(tree.depths) <= {"eagle2": 4, "eagle3": 5}.get(name, 6)
+        if name != "draft":   # draft entries are dropped: only committed positions stay cached
+            assert drafter.cache_len(state) == len(ids) - 1
+
+
+@pytest.mark.parametrize("name", ["eagle1", "eagle2", "eagle3", "eagle3-chain", "peagle", "draft"])
+def test_greedy_equals_ar_tiny(tiny_target, heads, name):
+    drafter = drafters(heads)[name]
+    for prompt in PROMPTS:
+        ids = tiny_target.encode(prompt)
+        s = GenSettings(max_new_tokens=20)
+        ar = tokens_of(run(tiny_target, ids, s))
+        spec = list(run(tiny_target, ids, s, drafter, strategy=name))
+        assert tokens_of(spec) == ar, name
+        assert spec[-1].target_forwards <= len(ar)
+
+
+@pytest.mark.parametrize("name", ["eagle2", "eagle3-chain", "peagle", "draft"])
+def test_sampling_runs(tiny_target, heads, name):
+    drafter = drafters(heads)[name]
+    ids = tiny_target.encode(PROMPTS[1])
+    out = list(run(tiny_target, ids, GenSettings(max_new_tokens=12, temperature=1.0, seed=3),
+                   drafter, strategy=name))
+    assert out[-1].new_tokens == 12
+
+
+def test_unroll_mask():
+    m = fh.unroll_mask(3, 2)
+    assert m.shape == (3, 9)
+    assert m[2, :3].all() and not m[0, 1] and m[1, 4] and not m[1, 3] and m[2, 8]
+
+
+@pytest.mark.parametrize("sid", ["draft", "eagle1", "eagle2", "eagle3", "peagle"])
+def test_shipped_weights_greedy_equal_ar(target, sid):
+    try:
+        drafter = strategies.drafter_for(target, sid)
+    except DrafterUnavailable as exc:
+        pytest.skip(str(exc))
+    for prompt in PROMPTS:
+        ids = target.encode(prompt)
+        s = GenSettings(max_new_tokens=24)
+        ar = tokens_of(run(target, ids, s))
+        spec = list(run(target, ids, s, drafter, strategy=sid))
+        assert tokens_of(spec) == ar, sid
+        assert spec[-1].mean_accepted_length > 1.0
+
+
+def test_missing_weights_message(tiny_target, tmp_path, monkeypatch):
+    from specviz.drafters import weights
+    with pytest.raises(DrafterUnavailable, match="python -m specviz train --drafter eagle3"):
+        weights.load("eagle3", tiny_target.fingerprint, assets=tmp_path)
+    weights.save("eagle3", {"w": torch.ones(2)}, {}, "another", assets=tmp_path)
+    with pytest.raises(DrafterUnavailable, match="another target"):
+        weights.load("eagle3", tiny_target.fingerprint, assets=tmp_path)

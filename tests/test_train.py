@@ -1,0 +1,85 @@
+"""The training pipeline on the tiny random target: data file layout, the loss goes down, and a
+checkpoint saves, reloads and resumes; weights ship with a card and load back."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from specviz.drafters import weights
+from specviz.drafters.eagle3 import Eagle3Head, Eagle3Trainable
+from specviz.train import data as D
+from specviz.train.loop import TrainConfig, load_checkpoint, train
+from specviz.train.pool import instruction_pool
+
+from drafter_fixtures import tiny_data  # noqa: F401 (fixture)
+
+
+def test_pool_is_large_diverse_and_deterministic():
+    pool = instruction_pool(2000)
+    assert len({p["prompt"] for p in pool}) == 2000
+    assert {p["category"] for p in pool} >= {"chat", "code", "math", "writing", "qa", "lists"}
+    assert pool[:5] == instruction_pool(2000)[:5]
+
+
+def test_data_file_layout(tiny_target, tiny_data):
+    d = D.TrainData(tiny_data, taps=D.taps_for(tiny_target.n_layers))
+    n = d.n_tokens
+    assert d.starts[-1] == n and d.loss_mask.shape == (n,) and d.topk_ids.shape == (n, D.TOPK)
+    assert all(h.shape == (n, tiny_target.hidden) and h.dtype == torch.float16 for h in d.h.values())
+    assert d.heldout_ids and d.train_ids and not set(d.heldout_ids) & set(d.train_ids)
+    assert d.fingerprint == tiny_target.fingerprint
+    b = d.batch(np.random.default_rng(0), 3, 16)
+    assert b["tokens"].shape == (3, 16) and b["topk_p"].shape == (3, 16, D.TOPK)
+
+
+def make(tiny_target, tiny_data):
+    data = D.TrainData(tiny_data, taps=(2, 2, 1))
+    torch.manual_seed(0)
+    return Eagle3Trainable(Eagle3Head(tiny_target, data.vocab_by_mass(1024, tiny_target.vocab)),
+                           steps=3), data
+
+
+def test_loss_goes_down_and_checkpoint_resumes(tiny_target, tiny_data, tmp_path):
+    tr, data = make(tiny_target, tiny_data)
+    cfg = TrainConfig("eagle3", steps=24, batch_size=4, seq_len=32, lr=3e-3, warmup=2,
+                      eval_every=12, eval_batches=1, out_dir=str(tmp_path), ship=False)
+    out = train(tr, data, cfg)
+    losses = [json.loads(x)["loss"] for x in (tmp_path / "eagle3" / "log.jsonl").read_text().splitlines()]
+    assert np.mean(losses[-4:]) < np.mean(losses[:4])
+    assert out["step"] == 24 and 1.0 <= out["final_eval"]["tau"] <= 4.0
+
+    # reload: the saved parameters come back into a fresh module
+    tr2, _ = make(tiny_target, tiny_data)
+    params = {k: p for k, p in tr2.module.named_parameters() if p.requires_grad}
+    opt = torch.optim.AdamW(params.values())
+    state = load_checkpoint(cfg, params, opt)
+    assert state["step"] == 24
+    for k, p in tr.module.named_parameters():
+        if p.requires_grad:
+            assert torch.equal(p.detach(), params[k].detach())
+
+    # resume: continues from step 24 to 30
+    cfg.steps, cfg.resume = 30, True
+    out = train(tr2, data, cfg)
+    assert out["step"] == 30
+    assert len((tmp_path / "eagle3" / "log.jsonl").read_text().splitlines()) == 30
+
+
+def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
+    from specviz.drafters import eagle3
+    tr, data = make(tiny_target, tiny_data)
+    monkeypatch.setattr(weights, "ASSETS", tmp_path)
+    monkeypatch.setattr(weights.save, "__defaults__", (tmp_path, torch.bfloat16))
+    monkeypatch.setattr(weights.load, "__defaults__", (tmp_path, None))
+    monkeypatch.setattr(weights.write_card, "__defaults__", (tmp_path,))
+    cfg = TrainConfig("eagle3", steps=2, batch_size=2, seq_len=16, eval_every=100, eval_batches=1,
+                      out_dir=str(tmp_path / "ck"))
+    train(tr, data, cfg, tiny_target)
+    assert (tmp_path / "eagle3.md").read_text().count("held-out") >= 2
+    head = eagle3.load_head(tiny_target)
+    assert torch.equal(head.vocab_ids, tr.module.vocab_ids)
+    with pytest.raises(Exception, match="another target"):
+        weights.load("eagle3", "0" * 16)
