@@ -100,6 +100,7 @@ def build() -> None:
                              interactive=True, elem_id="learn-explorer", scale=1)
         figure = gr.Plot(explorer_figure([r[0] for r in EXPLORER_START],
                                          rejection([r[1] for r in EXPLORER_START],
-                                                   [r[2] for r in EXPLORER_START])), scale=2)
+                                                   [r[2] for r in EXPLORER_START])),
+                         label="p, q, acceptance and residual", scale=2)
     explanation = gr.HTML(explore(EXPLORER_START)[1])
     table.change(explore, table, [figure, explanation], api_visibility="private")

@@ -85,6 +85,7 @@ def tree_figure(step: Step | None, title: str = "") -> go.Figure:
             customdata=[str(n) for n in nodes]))
     note = d.note + (" (fallback: plain target step)" if d.fallback else "")
     if note:
-        fig.add_annotation(text=html.escape(note), xref="paper", yref="paper", x=0, y=1.02,
-                           showarrow=False, xanchor="left", font=dict(size=11, color="#495057"))
+        fig.update_layout(title=dict(text=f"{fig.layout.title.text}<br><sup>"
+                                          f"{html.escape(note)}</sup>"),
+                          margin=dict(t=60))
     return fig
