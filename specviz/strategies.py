@@ -15,7 +15,7 @@ from specviz.drafters.base import Drafter, DrafterUnavailable
 from specviz.drafters.dflash import DFlashSettings, build_dflash
 from specviz.drafters.dspark import DSparkSettings, build_dspark
 from specviz.drafters.mtp import MtpSettings, build_mtp
-from specviz.drafters.draft_lm import DraftSettings, build as build_draft
+from specviz.drafters.draft import DraftSettings, build as build_draft
 from specviz.drafters.eagle import Eagle2Settings, build_eagle1, build_eagle2
 from specviz.drafters.eagle3 import Eagle3Settings, build as build_eagle3
 from specviz.drafters.ngram import NgramDrafter, NgramSettings

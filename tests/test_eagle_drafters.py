@@ -10,7 +10,7 @@ import torch
 from specviz import strategies
 from specviz.drafters import feature_heads as fh
 from specviz.drafters.base import DrafterUnavailable
-from specviz.drafters.draft_lm import DraftLMDrafter, DraftModel, DraftSettings
+from specviz.drafters.draft import DraftLMDrafter, DraftModel, DraftSettings
 from specviz.drafters.eagle import STATIC_TREE, Eagle1Head, Eagle2Settings, EagleDrafter
 from specviz.drafters.eagle3 import Eagle3Drafter, Eagle3Head, Eagle3Settings
 from specviz.drafters.peagle import PEagleDrafter, PEagleHead, PEagleSettings

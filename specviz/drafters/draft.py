@@ -89,7 +89,7 @@ def load(target) -> DraftModel:
 
 def load_draft_lm(target) -> LlamaForCausalLM:
     """The draft model as a full-vocabulary LlamaForCausalLM (HF `assistant_model`)."""
-    return load(target).lm
+    return load(target).lm.to(target.dtype)
 
 
 @dataclass(frozen=True)

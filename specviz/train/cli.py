@@ -19,7 +19,7 @@ import torch
 from specviz.train import data as D
 
 TRAINERS = {
-    "draft": "specviz.drafters.draft_lm:trainable",
+    "draft": "specviz.drafters.draft:trainable",
     "eagle1": "specviz.drafters.eagle:trainable",
     "eagle3": "specviz.drafters.eagle3:trainable",
     "peagle": "specviz.drafters.peagle:trainable",
