@@ -51,6 +51,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     p.add_argument("--no-ship", action="store_true", help="do not write assets/")
+    p.add_argument("--note", default="", help="a paragraph for the model card")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     return p
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = TrainConfig(drafter_id=did, minutes=args.minutes, steps=args.steps,
                           batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                           warmup=args.warmup, eval_every=args.eval_every, seed=args.seed,
-                          resume=args.resume, ship=not args.no_ship)
+                          resume=args.resume, ship=not args.no_ship, note=args.note)
         result = train(trainable, data, cfg, target)
         print(result)
     return 0

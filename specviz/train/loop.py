@@ -61,6 +61,7 @@ class TrainConfig:
     resume: bool = False
     ship: bool = True
     out_dir: str = "artifacts/train"
+    note: str = ""                # free text for the model card (e.g. the scale reached)
 
     @property
     def ckpt_dir(self) -> Path:
@@ -232,6 +233,8 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 | held-out acceptance by position (simulated, greedy) | {ev['acc_per_position']} |
 | held-out accuracy by position (each alone) | {ev['acc_unconditional']} |
 | held-out simulated chain τ | {ev['tau']} (n = {ev['n']} start positions) |
+
+{cfg.note}
 
 Reproduce: `python -m specviz train --build-data --n-seqs {meta['sequences']}` then
 `python -m specviz train --drafter {cfg.drafter_id} --minutes {cfg.minutes} --steps {cfg.steps} \\
