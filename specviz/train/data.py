@@ -131,7 +131,8 @@ def build_features(target, responses: Path, out: Path = DATA_FILE, max_seqs: int
     meta = {"fingerprint": target.fingerprint, "target": target.model_id,
             "taps": json.dumps(list(taps)), "topk": str(TOPK), "sequences": str(len(rows)),
             "tokens": str(len(tokens)), "response_tokens": str(sum(loss)),
-            "heldout_sequences": str(sum(split))}
+            "heldout_sequences": str(sum(split)),
+            "stdlib_chunks": str(sum(r["category"] == "stdlib-source" for r in rows))}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata=meta)

@@ -217,6 +217,7 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
         f"CPU ({platform.processor() or platform.machine()}), {torch.get_num_threads()} thread(s)"
     ev = state["final_eval"]
     meta = data.meta
+    chunks = int(meta.get("stdlib_chunks", 0))
     card = f"""# `{cfg.drafter_id}` drafter for {target.model_id}
 
 {trainable.describe()}
@@ -236,7 +237,8 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 
 {cfg.note}
 
-Reproduce: `python -m specviz train --build-data --n-seqs {meta['sequences']}` then
+Reproduce: `python -m specviz train --build-data --n-seqs {int(meta['sequences']) - chunks} \
+--stdlib-chunks {chunks}` then
 `python -m specviz train --drafter {cfg.drafter_id} --minutes {cfg.minutes} --steps {cfg.steps} \\
 --batch-size {cfg.batch_size} --seq-len {cfg.seq_len} --lr {cfg.lr}`.
 """
