@@ -165,3 +165,11 @@ def test_learn_walkthrough_steps(page):
     page.click("#learn-prev")
     page.wait_for_selector("#learn-header:has-text('Slide 1')")
     shot(page, "learn")
+
+
+def test_models_and_guide(page):
+    page.get_by_role("tab", name="Models & guide").click()
+    page.wait_for_selector("#guide-models:has-text('Loaded target')")
+    assert "ngram" in page.inner_text("#guide-models")
+    assert "lossless" in page.inner_text("#guide-strategies")
+    shot(page, "guide")

@@ -126,8 +126,9 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
             events = []
             yield [message_html("Running…", "info"), *views.render([], None),
                    [], ar_speeds, None, None]
-            for events in session.stream(target, req, cancel):
-                yield [gr.skip(), *views.render(events, None, ar_speeds.get(key)), events,
+            for n, events in enumerate(session.stream(target, req, cancel)):
+                yield [gr.skip(), *views.render(events, None, ar_speeds.get(key),
+                                                text_only=n == 0), events,
                        ar_speeds, gr.skip(), gr.skip()]
             fin = events[-1] if events else None
             if strategy == "ar" and isinstance(fin, RunFinished) and fin.stop_reason != "cancelled":

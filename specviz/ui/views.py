@@ -60,7 +60,7 @@ def figures(events: list[Event], step: int | None) -> dict[str, Any]:
     last = view.steps[-1].step if view.steps else 0
     step = last if step is None else max(0, min(int(step), last))
     cur = next((s for s in view.steps if s.step == step), None)
-    return {"view": view, "step": step, "last": last,
+    return {"step": step,
             "tree": tree_figure(cur, f"Draft tree, step {step}" if cur else "Draft tree"),
             "acceptance": acceptance_figure(view, step),
             "confidence": confidence_figure(cur),
@@ -68,15 +68,20 @@ def figures(events: list[Event], step: int | None) -> dict[str, Any]:
 
 
 def render(events: list[Event], step: int | None = None, ar_tps: float | None = None,
-           status: str = "") -> list:
-    """Values for Views.outputs: the run up to `step` (None: the latest step, following live)."""
-    f = figures(events, step)
-    m = run_metrics(events_upto(events, f["step"]))
+           status: str = "", text_only: bool = False) -> list:
+    """Values for Views.outputs: the run up to `step` (None: the latest step, following live).
+    text_only leaves the figures as they are (the first live update: text shows fastest)."""
+    view = fold(events)
+    last = view.steps[-1].step if view.steps else 0
+    step = last if step is None else max(0, min(int(step), last))
+    m = run_metrics(events_upto(events, step))
     if not status and events and isinstance(events[-1], RunFinished):
         status = f"finished: {events[-1].stop_reason}"
-    return [metrics_html(m, ar_tps, status), tokens_html(f["view"], f["step"]), f["tree"],
+    f = {k: gr.skip() for k in ("tree", "acceptance", "confidence", "kv")} if text_only else \
+        figures(events, step)
+    return [metrics_html(m, ar_tps, status), tokens_html(view, step), f["tree"],
             f["acceptance"], f["confidence"], f["kv"],
-            gr.Slider(minimum=0, maximum=max(1, f["last"]), value=f["step"])]
+            gr.Slider(minimum=0, maximum=max(1, last), value=step)]
 
 
 def export_figures(events: list[Event], step: int | None) -> str:
