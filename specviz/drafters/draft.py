@@ -14,14 +14,13 @@ import copy
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache, LlamaForCausalLM
 
 from specviz.drafters import feature_heads as fh
 from specviz.drafters import weights
 from specviz.drafters.eagle import DRAFT_VOCAB
-from specviz.engine.sampling import SamplingParams, draw
+from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 
 ID = "draft"
@@ -123,17 +122,15 @@ class DraftLMDrafter:
         dev = self.vocab_ids.device
         done = state.cache.get_seq_length()
         feed = state.tokens[done:] + [root]
-        toks, qs, rows = [], [], []
+        picks = []
         for j in range(self.settings.gamma):
             logits = self.model(torch.tensor([feed], device=dev), state.cache)[0, -1]
-            tok, q, row = draw(fh.full_logits(self, logits), sp, generator)
-            toks.append(tok)
-            qs.append(q)
-            rows.append(row)
-            feed = [tok]
+            picks.append(fh.pick(self, logits, sp, generator))
+            feed = [picks[-1][0]]
+        toks, qs, rows, confs = (list(x) for x in zip(*picks))
         greedy = sp.greedy
         return DraftTree.chain(root, toks, q=None if greedy else qs,
-                               q_rows=None if greedy else rows, confidence=qs,
+                               q_rows=None if greedy else rows, confidence=confs,
                                note=f"draft model, chain of {self.settings.gamma}")
 
     def commit(self, state: DraftState, tokens, feats) -> None:

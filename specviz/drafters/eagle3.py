@@ -1,9 +1,10 @@
 """EAGLE-3 (strategy `eagle3`): three fused target layers, direct token prediction, trained with
 training-time test; EAGLE-2 dynamic tree or chain drafting. ALGORITHMS.md §2.
 
-Boundary: the head, its drafter and its Trainable. g_i = fc(cat(norm(h_low), norm(h_mid), norm(h_high)))
-for real positions (hidden_states 2, L//2, L-3 = 2, 15, 27 on the 30-layer target); draft steps feed the
-head's own output instead. The decoder layer attends over cat(norm(emb(t_{i+1})), norm(g_i))
+Boundary: the head, its drafter and its Trainable. For real positions
+g_i = fc(cat(norm(h_low), norm(h_mid), norm(h_high))) (hidden_states 2, L//2, L-3 = 2, 15, 27 on
+the 30-layer target; each tap RMS-normed because target layers carry outlier dims of ~3e4);
+draft steps feed the head's own output instead. The decoder layer attends over cat(norm(emb(t_{i+1})), norm(g_i))
 (2d wide) with residual g_i; its own RMSNorm and the LM head over a reduced draft vocabulary
 (d2t as the sorted id list `vocab_ids`) give the logits. The head rows start as (and here stay)
 the target's rows: shipping them would double the file for a small gain at CPU scale.

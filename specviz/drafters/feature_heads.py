@@ -191,22 +191,32 @@ def chain(head, state: HeadState, root: int, gamma: int, sp: SamplingParams,
         return DraftTree.root_only(root, fallback=True, note="no target feature yet")
     ex = Expander(head, state)
     out, logits = first
-    toks, qs, rows, node = [], [], [], None
+    toks, qs, rows, confs, node = [], [], [], [], None
     for j in range(gamma):
-        tok, q, row = draw(full_logits(head, logits), sp, generator)
+        tok, q, row, conf = pick(head, logits, sp, generator)
         toks.append(tok)
         qs.append(q)
         rows.append(row)
+        confs.append(conf)
         if j == gamma - 1:
             break
-        d_id = int(torch.searchsorted(head.vocab_ids, torch.tensor(tok, device=head.vocab_ids.device)))
+        d_id = int(torch.searchsorted(head.vocab_ids, torch.tensor(tok, device=out.device)))
         node = Node(d_id, node, j + 1, 0.0, q, out)
         outs, logq = ex.run([node])
         out, logits = outs[0], logq[0]
     crop(state)
     return DraftTree.chain(root, toks, q=qs if not sp.greedy else None,
-                           q_rows=rows if not sp.greedy else None, confidence=qs,
+                           q_rows=rows if not sp.greedy else None, confidence=confs,
                            note=f"chain of {gamma}")
+
+
+def pick(head, logits: torch.Tensor, sp: SamplingParams, generator: torch.Generator | None
+         ) -> tuple[int, float, torch.Tensor | None, float]:
+    """sampling.draw over the target vocabulary from [Vd] draft logits, plus the token's
+    confidence (its draft probability at T=1, shown in the UI)."""
+    full = full_logits(head, logits)
+    tok, q, row = draw(full, sp, generator)
+    return tok, q, row, float(torch.softmax(full, -1)[tok])
 
 
 def full_logits(head, logits: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,8 @@
 ALGORITHMS.md §3.
 
 Boundary: the head, its drafter and its Trainable. EAGLE-3 features (hidden_states 2, L//2,
-L-3, each RMS-normed, fused by fc) and a deeper drafter (N decoder layers). Entry input = fc_in(cat(emb, g)). The
+L-3, each RMS-normed, fused by fc) and a deeper drafter (N decoder layers). Entry input =
+fc_in(cat(emb, g)). The
 draft block is one forward of K entries: the root entry (real feature, root token; cached for
 good) and K-1 mask entries (a learned shared hidden state and a learned mask-token embedding) at
 the next positions, causal among themselves; entry k's output predicts draft token k+1. Draft
@@ -14,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from specviz.drafters import feature_heads as fh
@@ -22,7 +22,7 @@ from specviz.drafters import weights
 from specviz.drafters.eagle import DRAFT_VOCAB, FrozenTargetParts
 from specviz.drafters.eagle3 import eagle3_taps
 from specviz.drafters.layers import DecoderLayer, LayerShape
-from specviz.engine.sampling import SamplingParams, draw
+from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 
 ID = "peagle"
@@ -108,15 +108,11 @@ class PEagleDrafter:
             mask[:, P:] = torch.ones(K - 1, K - 1, dtype=torch.bool, device=dev).tril()
             _, logits, _ = head(g, emb, torch.arange(P, P + K - 1, device=dev), state.kv, mask)
             rows += list(logits[0])
-        toks, qs, qrows = [], [], []
-        for lg in rows:
-            tok, q, row = draw(fh.full_logits(head, F.log_softmax(lg.float(), -1)), sp, generator)
-            toks.append(tok)
-            qs.append(q)
-            qrows.append(row)
+        picks = [fh.pick(head, lg, sp, generator) for lg in rows]
+        toks, qs, qrows, confs = (list(x) for x in zip(*picks))
         greedy = sp.greedy
         return DraftTree.chain(root, toks, q=None if greedy else qs,
-                               q_rows=None if greedy else qrows, confidence=qs,
+                               q_rows=None if greedy else qrows, confidence=confs,
                                note=f"P-EAGLE: {K} tokens from one forward")
 
     def commit(self, state, tokens, feats) -> None:
