@@ -40,7 +40,7 @@ def _ngram(target, s: NgramSettings) -> Drafter:
     if target.device.type == "cuda" and s.min_expected == NgramSettings.min_expected:
         # on a GPU a verify of a few tokens costs about one plain step: no need to gate
         s = dataclasses.replace(s, min_expected=0.0)
-    return NgramDrafter(s)
+    return NgramDrafter(s, stop_ids=frozenset(target.tokenizer.all_special_ids) | target.eos_ids)
 
 
 REGISTRY: dict[str, StrategySpec] = {s.id: s for s in [

@@ -7,9 +7,11 @@ version gets a new, empty store). Several continuations become a token tree (top
 frequency, common prefixes merged), so tree verification is exercised by a real drafter.
 
 A match-quality gate keeps the loop honest on hardware where verifying several tokens costs
-more than one plain step: per match length n, a running mean of accepted drafts (from past steps
-only, so candidates never depend on this step's target output); below `min_expected` the step
-falls back to a plain target step, marked `fallback` in its event.
+more than one plain step: per match length n, a running mean of accepted drafts with a prior
+(longer matches are trusted more), computed from past steps only, so candidates never depend on
+this step's target output. Below `min_expected` the step falls back to a plain target step,
+marked `fallback` in its event; a gated n is re-probed every `reprobe` gated steps. Continuations
+stop at a special token (chat-template markers are never worth drafting across).
 """
 from __future__ import annotations
 
@@ -24,15 +26,24 @@ from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 
 NS = (3, 2, 1)
+PRIOR = {3: 2.0, 2: 1.0, 1: 0.5}   # expected accepted tokens before any evidence, per n
+PRIOR_WEIGHT = 2.0                  # worth this many observed drafts
 
 
 @dataclass(frozen=True)
 class NgramSettings:
     max_draft: int = 8        # tokens per branch
     branches: int = 3         # distinct continuations merged into the tree
-    budget: int = 16          # draft nodes at most (root excluded)
+    budget: int = 12          # draft nodes at most (root excluded)
     min_expected: float = 0.7  # gate: expected accepted tokens per draft (0 disables)
+    reprobe: int = 12          # after this many gated steps at one n, draft once more
     store: bool = True         # use the cross-request store
+
+    def check(self) -> None:
+        if not (1 <= self.max_draft <= 64 and 1 <= self.branches <= 16 and 1 <= self.budget <= 256):
+            raise ValueError("ngram: max_draft must be in 1..64, branches in 1..16, budget in 1..256")
+        if not 0 <= self.min_expected <= 64 or self.reprobe < 1:
+            raise ValueError("ngram: min_expected must be in 0..64 and reprobe >= 1")
 
 
 @dataclass
@@ -41,7 +52,11 @@ class NgramState:
     index: dict[tuple[int, ...], list[int]] = field(default_factory=lambda: defaultdict(list))
     tries: Counter = field(default_factory=Counter)
     accepted: Counter = field(default_factory=Counter)
+    gated: Counter = field(default_factory=Counter)
     last_n: int = 0
+
+    def expected(self, n: int) -> float:
+        return (self.accepted[n] + PRIOR[n] * PRIOR_WEIGHT) / (self.tries[n] + PRIOR_WEIGHT)
 
     def add(self, start: int) -> None:
         """Index every n-gram ending at positions >= start."""
@@ -54,8 +69,10 @@ class NgramState:
 class NgramDrafter:
     taps: tuple[int, ...] = ()
 
-    def __init__(self, settings: NgramSettings = NgramSettings(), store_limit: int = 200_000):
+    def __init__(self, settings: NgramSettings = NgramSettings(), stop_ids: frozenset[int] = frozenset(),
+                 store_limit: int = 200_000):
         self.settings = settings
+        self.stop_ids = stop_ids
         self.store: dict[tuple[int, ...], Counter] = {}
         self.store_limit = store_limit
         self._lock = threading.Lock()
@@ -65,7 +82,7 @@ class NgramDrafter:
     def _fold(self, tokens: list[int]) -> None:
         L = self.settings.max_draft
         for end in range(len(tokens) - 1):
-            cont = tuple(tokens[end + 1:end + 1 + L])
+            cont = self._cut(tokens[end + 1:end + 1 + L])
             for n in NS:
                 if end - n + 1 >= 0:
                     key = tuple(tokens[end - n + 1:end + 1])
@@ -93,13 +110,20 @@ class NgramDrafter:
             key = tuple(toks[-n:])
             found: Counter = Counter()
             for end in state.index.get(key, ()):
-                found[tuple(toks[end + 1:end + 1 + s.max_draft])] += 1
+                found[self._cut(toks[end + 1:end + 1 + s.max_draft])] += 1
             if s.store:
                 with self._lock:
                     found.update(self.store.get(key, Counter()))
             if found:
                 return n, found
         return 0, Counter()
+
+    def _cut(self, cont: list[int]) -> tuple[int, ...]:
+        """A continuation up to and including its first special token."""
+        for i, t in enumerate(cont):
+            if t in self.stop_ids:
+                return tuple(cont[:i + 1])
+        return tuple(cont)
 
     def draft(self, state: NgramState, root: int, sp: SamplingParams,
               generator: torch.Generator | None) -> DraftTree:
@@ -108,12 +132,15 @@ class NgramDrafter:
         state.last_n = 0
         if not found:
             return DraftTree.root_only(root, fallback=True, note="no n-gram match (n = 3..1)")
-        expected = (state.accepted[n] + 1.0) / (state.tries[n] + 1.0)
+        expected = state.expected(n)
         if expected < s.min_expected:
-            return DraftTree.root_only(
-                root, fallback=True,
-                note=f"n={n} match below quality gate ({expected:.2f} < {s.min_expected:.2f} "
-                     f"expected accepted tokens)")
+            state.gated[n] += 1
+            if state.gated[n] < s.reprobe:
+                return DraftTree.root_only(
+                    root, fallback=True,
+                    note=f"n={n} match below quality gate ({expected:.2f} < {s.min_expected:.2f} "
+                         f"expected accepted tokens)")
+        state.gated[n] = 0
         state.last_n = n
         top = [c for c, _ in found.most_common(s.branches)]
         tree = trie(root, top, s.budget)
