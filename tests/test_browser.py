@@ -7,6 +7,8 @@ measured and reported, not asserted with tight timing.
 from __future__ import annotations
 
 import json
+import re
+import time
 from pathlib import Path
 
 import pytest
@@ -30,29 +32,46 @@ WATCH = """() => {
 
 
 @pytest.fixture(scope="module")
-def page(app_url):
+def browser(app_url):
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian chromium is not installed (apt-get install -y chromium)")
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        pg.set_default_timeout(60_000)
-        pg.goto(app_url)
-        pg.wait_for_selector("#pg-run")
-        yield pg
-        browser.close()
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def open_page(browser, app_url, context: bool = False, width: int = 1400, height: int = 1000):
+    """A loaded app page; context=True gives it its own browser context (cookies, storage:
+    a separate user)."""
+    size = {"width": width, "height": height}
+    pg = browser.new_context(viewport=size).new_page() if context else browser.new_page(
+        viewport=size)
+    pg.set_default_timeout(60_000)
+    pg.goto(app_url)
+    pg.wait_for_selector("#pg-run")
+    return pg
+
+
+@pytest.fixture(scope="module")
+def page(browser, app_url):
+    return open_page(browser, app_url)
 
 
 def shot(page, name: str) -> None:
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
+def pick_strategy(page, strategy: str) -> None:
+    page.locator("#pg-strategy input").click()
+    page.get_by_role("option", name=re.compile(rf"^{re.escape(strategy)} — ")).click()
+
+
 def run_playground(page, prompt: str, max_new: int, strategy: str | None = None) -> dict:
     """Press Run and wait for the run to end; return the browser-side timing of its updates."""
     if strategy:
-        page.locator("#pg-strategy input").click()
-        page.get_by_role("option", name=strategy).first.click()
+        pick_strategy(page, strategy)
     page.locator("#pg-prompt textarea").fill(prompt)
     page.locator("#pg-max-new input").fill(str(max_new))
     t0 = page.evaluate(WATCH)
@@ -109,7 +128,7 @@ def test_script_prompt_shows_literally_and_bad_input_message(page):
         page.click("#pg-run")
         page.wait_for_selector("#pg-message .sv-msg-error:has-text('unavailable')")
         page.locator("#pg-strategy input").click()
-    page.get_by_role("option", name="ngram").first.click()
+    page.get_by_role("option", name=re.compile(r"^ngram — ")).click()
 
 
 def test_stop_cancels_the_run(page):
@@ -173,3 +192,61 @@ def test_models_and_guide(page):
     assert "ngram" in page.inner_text("#guide-models")
     assert "lossless" in page.inner_text("#guide-strategies")
     shot(page, "guide")
+
+
+# Four users at once: distinct marker words per prompt, so a page showing another session's
+# prompt or output is caught by name. (strategy, max new tokens, words to repeat)
+SESSIONS = [("ar", 16, "Mercury Venus Jupiter Saturn"), ("ngram", 18, "violin cello flute oboe"),
+            ("ngram", 20, "Lisbon Madrid Vienna Prague"), ("ar", 22, "maple birch willow cedar")]
+OUTPUT_JS = """() => [...document.querySelectorAll('#pg-tokens .sv-tokens > .sv-tok')]
+                     .map(s => s.textContent).join('')"""
+
+
+def tile(paths: list[Path], out: Path) -> None:
+    """Screenshots side by side in a 2-column grid, one PNG."""
+    from PIL import Image
+    ims = [Image.open(p) for p in paths]
+    w, h = max(i.width for i in ims), max(i.height for i in ims)
+    grid = Image.new("RGB", (2 * w, h * ((len(ims) + 1) // 2)), "white")
+    for k, im in enumerate(ims):
+        grid.paste(im, ((k % 2) * w, (k // 2) * h))
+    grid.save(out)
+
+
+def test_four_simultaneous_sessions(browser, app_url, tmp_path):
+    gradio_client = pytest.importorskip("gradio_client")
+    pages = [open_page(browser, app_url, context=True, width=1000, height=900) for _ in SESSIONS]
+    prompts = [f"Repeat exactly, once: {words}." for _, _, words in SESSIONS]
+    for pg, (strategy, n, _), prompt in zip(pages, SESSIONS, prompts):
+        pg.get_by_text("generation settings", exact=True).click()
+        pick_strategy(pg, strategy)
+        pg.locator("#pg-prompt textarea").fill(prompt)
+        pg.locator("#pg-max-new input").fill(str(n))
+    t0 = time.perf_counter()
+    for pg in pages:                              # all four press Run within a fraction of a second
+        pg.click("#pg-run")
+    for pg in pages:
+        pg.wait_for_selector("#pg-metrics .sv-status:has-text('finished')", timeout=120_000)
+    wall = time.perf_counter() - t0
+
+    client = gradio_client.Client(app_url, verbose=False)
+    for k, (pg, (strategy, n, words), prompt) in enumerate(zip(pages, SESSIONS, prompts)):
+        text, m = client.predict(prompt, strategy, n, 0.0, 0, api_name="/speculate")
+        shown = " ".join(pg.inner_text(sel) for sel in ("#pg-tokens", "#pg-metrics",
+                                                        "#pg-message"))
+        assert prompt in shown, f"session {k} lost its prompt"
+        assert f"for {m['new_tokens']} tokens" in pg.inner_text("#pg-metrics")
+        assert " ".join(pg.evaluate(OUTPUT_JS).replace("<|im_end|>", "").split()) == \
+            " ".join(text.split()), f"session {k} shows another output"
+        for other_k, (_, _, other) in enumerate(SESSIONS):
+            if other_k != k:
+                leaked = [w for w in other.split() if w in shown]
+                assert not leaked, f"session {k} shows session {other_k}'s words {leaked}"
+    parts = []
+    for k, pg in enumerate(pages):
+        parts.append(tmp_path / f"session{k}.png")
+        pg.locator("#pg-tokens").scroll_into_view_if_needed()
+        pg.screenshot(path=str(parts[-1]))
+        pg.context.close()
+    tile(parts, SHOTS / "four-sessions.png")
+    assert wall < 90, f"four short runs took {wall:.0f} s"
