@@ -17,18 +17,19 @@ from specviz.engine.sampling import SamplingParams
 from specviz.train.blocks import block_hidden, block_mask
 
 TINY_TAPS = (1, 2, 3)
+TINY_VOCAB = torch.arange(100, 600)
 
 
 def tiny_backbone(t, layers=2):
     torch.manual_seed(1)
-    bb = BlockBackbone(LayerShape.of(t), layers, TINY_TAPS)
+    bb = BlockBackbone(LayerShape.of(t), TINY_VOCAB, t.vocab, layers, TINY_TAPS)
     bb.init_from_target(t)
     return bb.eval()
 
 
 def tiny_dspark(t, block=8):
     torch.manual_seed(2)
-    m = DSparkModel(LayerShape.of(t), torch.arange(100, 600), t.vocab, block=block, taps=TINY_TAPS)
+    m = DSparkModel(LayerShape.of(t), TINY_VOCAB, t.vocab, block=block, taps=TINY_TAPS)
     m.backbone.init_from_target(t)
     torch.nn.init.normal_(m.w2.weight, std=0.5)        # a visible Markov bias
     return m.eval()
@@ -73,17 +74,32 @@ def test_training_block_equals_inference_block(tiny_target):
 
 
 def test_markov_bias_exact(tiny_target):
-    m = tiny_dspark(tiny_target)
-    U = torch.randn(3, tiny_target.vocab)
-    prev = torch.tensor([150, 599, 40000])                      # in the Markov vocab, and not
+    """p_k = softmax(U_k + W2 W1[x_prev]) over the draft vocabulary, W1 row "other" for ids
+    outside it; the drafter widens to the target vocabulary with -inf elsewhere."""
+    t = tiny_target
+    m = tiny_dspark(t)
+    prev = torch.tensor([150, 599, 40000])
     e, bias = m.markov(prev)
-    out = m.add_bias(U, bias)
-    expect = U.clone()
     rows = m.w1.weight[torch.tensor([50, 499, 500])]            # 40000 -> the "other" row
-    expect[:, 100:600] += rows @ m.w2.weight.T
-    assert torch.allclose(out, expect, atol=1e-6)
-    assert torch.equal(out[:, :100], U[:, :100]) and torch.equal(out[:, 600:], U[:, 600:])
     assert torch.equal(e, rows)
+    assert torch.allclose(bias, rows @ m.w2.weight.T, atol=1e-6)
+    ids = t.encode("Tell me about volcanoes.")
+    feats = t.forward(ids[:-1], t.new_cache(), taps=TINY_TAPS).taps
+    logits = {}
+    for markov in (True, False):
+        d = DSparkDrafter(t, m, DSparkSettings(block_size=8, threshold=0.0, markov=markov))
+        state = d.start(ids, feats)
+        U = d.head.logits(d.block_hidden(state, t.embed, ids[-1], 8))
+        tree = d.draft(d.start(ids, feats), ids[-1], SamplingParams(temperature=1.0),
+                       torch.Generator().manual_seed(0))
+        logits[markov] = U, tree
+    U, tree = logits[True]
+    _, first_bias = m.markov(torch.tensor(ids[-1]))
+    q_row = tree.q_rows[1]
+    expect = torch.softmax(U[0] + first_bias, -1)
+    assert torch.allclose(q_row[TINY_VOCAB], expect, atol=1e-5)
+    assert q_row[:100].sum() == 0 and q_row[600:].sum() == 0
+    assert torch.allclose(logits[False][1].q_rows[1][TINY_VOCAB], torch.softmax(U[0], -1), atol=1e-5)
 
 
 def test_confidence_prefix_and_truncation(tiny_target):
@@ -112,7 +128,7 @@ def test_greedy_equals_ar_random_weights(tiny_target, kind):
     t = tiny_target
     if kind == "mtp":
         torch.manual_seed(3)
-        m = MtpModule(LayerShape.of(t), tap=t.n_layers)
+        m = MtpModule(LayerShape.of(t), TINY_VOCAB, tap=t.n_layers)
         m.init_from_target(t)
         drafter = MtpDrafter(t, m.eval(), 3)
     elif kind.startswith("dflash"):

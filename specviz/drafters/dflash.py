@@ -2,7 +2,9 @@
 
 Boundary: the backbone and the drafter built on it. The backbone fuses target hidden states
 (outputs of layers 1, 14, 27 for the 30-layer target: hidden_states 2, 15, 28) into context
-features H = RMSNorm(fc(cat(...))), injects them as keys/values into every drafter layer
+features H = RMSNorm(fc(cat(RMSNorm_i(h_i)))) (the per-tap norms start as the target's own
+input norms of the next layer: raw residual streams carry "massive" dimensions in the hundreds
+to tens of thousands that would otherwise swamp fc), injects them as keys/values into every drafter layer
 ([W_k H ; W_k x], RoPE at the context positions then the block positions) and runs ONE
 non-causal forward over the block [anchor, MASK x (B-1)], embedded with the target's frozen
 embedding; the target's frozen LM head turns block rows into drafts. The per-request cache holds
@@ -17,7 +19,7 @@ import torch
 from torch import nn
 
 from specviz.drafters import weights
-from specviz.drafters.layers import DecoderLayer, LayerShape, copy_target_layer
+from specviz.drafters.layers import DecoderLayer, DraftHead, LayerShape, copy_target_layer, vocab_lookup
 from specviz.engine.sampling import SamplingParams, draw
 from specviz.engine.tree import DraftTree
 
@@ -39,11 +41,16 @@ class DFlashSettings:
 
 class BlockBackbone(nn.Module):
     """Fused-context KV injection + non-causal block attention. Frozen target parts (embedding,
-    LM head) are passed in by the caller and never stored here."""
+    LM head) are passed in by the caller and never stored here; `vocab` [Vd] holds the target ids
+    of the draft vocabulary (the LM head rows used)."""
 
-    def __init__(self, shape: LayerShape, n_layers: int = 1, taps: tuple[int, ...] = TAPS):
+    def __init__(self, shape: LayerShape, vocab: torch.Tensor, n_target_vocab: int,
+                 n_layers: int = 1, taps: tuple[int, ...] = TAPS):
         super().__init__()
         self.shape, self.taps = shape, tuple(taps)
+        self.register_buffer("vocab", vocab.long())
+        self.register_buffer("lookup", vocab_lookup(vocab, n_target_vocab), persistent=False)
+        self.tap_norms = nn.ModuleList(nn.RMSNorm(shape.d, eps=shape.eps) for _ in taps)
         self.fc = nn.Linear(len(taps) * shape.d, shape.d, bias=False)
         self.ctx_norm = nn.RMSNorm(shape.d, eps=shape.eps)
         self.layers = nn.ModuleList(DecoderLayer(shape) for _ in range(n_layers))
@@ -51,12 +58,20 @@ class BlockBackbone(nn.Module):
         self.norm = nn.RMSNorm(shape.d, eps=shape.eps)
 
     def init_from_target(self, target) -> None:
-        """Start from the target's last decoder layer and final norm (same geometry), and a MASK
-        embedding at the mean token embedding: a far better start than random on a CPU budget."""
+        """Start from the target's last decoder layer (output projections zeroed: each layer starts
+        as the identity), a damped copy of its final norm (small first logits rather than
+        confident wrong ones), and a MASK embedding at the mean token embedding."""
         for layer in self.layers:
             copy_target_layer(layer, target.model.model.layers[-1])
+        layers = target.model.model.layers
         with torch.no_grad():
-            self.norm.weight.copy_(target.final_norm.weight)
+            for tap, norm in zip(self.taps, self.tap_norms):
+                src = layers[tap].input_layernorm if tap < len(layers) else target.final_norm
+                norm.weight.copy_(src.weight)
+            for layer in self.layers:
+                layer.o.weight.zero_()
+                layer.down.weight.zero_()
+            self.norm.weight.copy_(0.2 * target.final_norm.weight)
             self.mask_embed.copy_(target.embed.weight.mean(0))
 
     def fuse(self, feats: dict[int, torch.Tensor]) -> torch.Tensor:
@@ -65,7 +80,8 @@ class BlockBackbone(nn.Module):
 
     def context_kv(self, fused: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """fused [b, n, len(taps) d] -> per layer (k, v) [b, kv_heads, n, hd] at `positions`."""
-        ctx = self.ctx_norm(self.fc(fused.to(self.fc.weight.dtype)))
+        parts = fused.to(self.fc.weight.dtype).chunk(len(self.taps), -1)
+        ctx = self.ctx_norm(self.fc(torch.cat([n(p) for n, p in zip(self.tap_norms, parts)], -1)))
         return [layer.project_kv(ctx, positions) for layer in self.layers]
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor,
@@ -144,12 +160,13 @@ class DFlashDrafter(ContextCache):
     def __init__(self, target, backbone: BlockBackbone, block: int, window: int = 0):
         super().__init__(backbone, window)
         self.target, self.block = target, block
+        self.head = DraftHead(target, backbone.vocab)
 
     def draft(self, state: ContextState, root: int, sp: SamplingParams,
               generator: torch.Generator | None) -> DraftTree:
         h = self.block_hidden(state, self.target.embed, root, self.block)
         with torch.inference_mode():
-            logits = self.target.lm_head(h[1:].to(self.target.dtype)).float()   # [B-1, V]
+            logits = self.head.full(self.head.logits(h[1:]))                   # [B-1, V]
         toks, qs, rows = [], [], []
         for row in logits:
             tok, q, q_row = draw(row, sp, generator)
@@ -161,7 +178,8 @@ class DFlashDrafter(ContextCache):
 
 def build_dflash(target, settings: DFlashSettings) -> DFlashDrafter:
     tensors, cfg = weights.load(f"dflash-b{settings.block_size}", target.fingerprint)
-    bb = BlockBackbone(LayerShape.of(target, ffn=cfg["ffn"]), cfg["layers"], tuple(cfg["taps"]))
+    bb = BlockBackbone(LayerShape.of(target, ffn=cfg["ffn"]), tensors["vocab"], target.vocab,
+                       cfg["layers"], tuple(cfg["taps"]))
     bb.load_state_dict(tensors)
     return DFlashDrafter(target, bb.to(target.device, target.dtype).eval(), settings.block_size,
                          settings.window)

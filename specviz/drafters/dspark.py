@@ -3,9 +3,9 @@ calibrated confidence head and confidence-prefix truncation (ALGORITHMS.md §6).
 
 Boundary: the heads and the single-request drafting policy. Block row k (k = 0..γ-1, the anchor
 is row 0) drafts x_{k+1}:
-  p_k = softmax(U_k + B(x_k)),  B(x) = W2 · W1[x]    (Markov head on a reduced vocabulary:
-                                                       W1 rows for `vocab` tokens + one "other"
-                                                       row, W2 adds a bias to `vocab` logits only)
+  p_k = softmax(U_k + B(x_k)),  B(x) = W2 · W1[x]    (U_k: backbone logits over the draft
+                                                       vocabulary; W1 rows for its tokens + one
+                                                       "other" row; W2 -> a bias per draft token)
   c_k = σ((wᵀ[h_k ; W1[x_k]] + b) / T_k)             (confidence that x_{k+1} is accepted given
                                                        all earlier drafts were; T_k from
                                                        sequential temperature scaling)
@@ -24,23 +24,21 @@ from torch import nn
 from specviz.drafters import weights
 from specviz.drafters.base import DrafterUnavailable
 from specviz.drafters.dflash import TAPS, BlockBackbone, ContextCache, ContextState
-from specviz.drafters.layers import LayerShape
+from specviz.drafters.layers import DraftHead, LayerShape
 from specviz.engine.sampling import SamplingParams, draw
 from specviz.engine.tree import DraftTree, Schedule
 
 
 class DSparkModel(nn.Module):
-    """Backbone + Markov head + confidence head (+ per-position calibration temperatures)."""
+    """Backbone + Markov head + confidence head (+ per-position calibration temperatures). The
+    Markov head lives on the backbone's draft vocabulary: W1 has a row per draft token plus one
+    "other" row, W2 maps to draft-vocabulary logits."""
 
     def __init__(self, shape: LayerShape, vocab: torch.Tensor, n_target_vocab: int,
                  block: int = 16, n_layers: int = 1, rank: int = 128, taps: tuple[int, ...] = TAPS):
         super().__init__()
-        self.backbone = BlockBackbone(shape, n_layers, taps)
+        self.backbone = BlockBackbone(shape, vocab, n_target_vocab, n_layers, taps)
         self.block = block
-        self.register_buffer("vocab", vocab.long())                       # [Vm] target ids
-        lookup = torch.full((n_target_vocab,), len(vocab), dtype=torch.long)
-        lookup[vocab.long()] = torch.arange(len(vocab))
-        self.register_buffer("lookup", lookup, persistent=False)          # target id -> W1 row
         self.w1 = nn.Embedding(len(vocab) + 1, rank)
         self.w2 = nn.Linear(rank, len(vocab), bias=False)
         nn.init.zeros_(self.w2.weight)                                    # starts as the backbone
@@ -48,13 +46,9 @@ class DSparkModel(nn.Module):
         self.register_buffer("temperature", torch.ones(block))
 
     def markov(self, prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """prev target ids [...] -> (W1 row [..., r], bias over `vocab` [..., Vm])."""
-        e = self.w1(self.lookup[prev])
+        """prev target ids [...] -> (W1 row [..., r], bias B = W2 W1[prev] [..., Vd])."""
+        e = self.w1(self.backbone.lookup[prev])
         return e, self.w2(e)
-
-    def add_bias(self, logits: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        """U + B: the Markov bias lands on the reduced-vocabulary columns only."""
-        return logits.index_add(-1, self.vocab, bias.to(logits.dtype))
 
     def confidence_logit(self, h: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
         """Uncalibrated confidence logit wᵀ[h ; W1[x_prev]] + b: [...]."""
@@ -84,6 +78,7 @@ class DSparkDrafter(ContextCache):
     def __init__(self, target, model: DSparkModel, settings: DSparkSettings):
         super().__init__(model.backbone, settings.window)
         self.target, self.model, self.settings = target, model, settings
+        self.head = DraftHead(target, model.backbone.vocab)
 
     def draft(self, state: ContextState, root: int, sp: SamplingParams,
               generator: torch.Generator | None) -> DraftTree:
@@ -92,7 +87,7 @@ class DSparkDrafter(ContextCache):
         toks, qs, rows, conf, surv = [], [], [], [], []
         cut, a, prev = pol.block_size, 1.0, root
         with torch.inference_mode():
-            U = self.target.lm_head(h.to(self.target.dtype)).float()               # [γ, V]
+            U = self.head.logits(h)                                                # [γ, Vd]
             for k in range(pol.block_size):
                 e, bias = m.markov(torch.tensor(prev, device=h.device))
                 c = float(torch.sigmoid(m.confidence_logit(h[k], e) / m.temperature[k]))
@@ -100,8 +95,8 @@ class DSparkDrafter(ContextCache):
                 conf.append(c), surv.append(a)
                 if a < pol.threshold and cut == pol.block_size:
                     cut = k            # decided from x_{<=k} only: x_{k+1} is not drawn yet
-                logits = m.add_bias(U[k], bias) if pol.markov else U[k]
-                tok, q, q_row = draw(logits, sp, generator)
+                logits = U[k] + bias if pol.markov else U[k]
+                tok, q, q_row = draw(self.head.full(logits), sp, generator)
                 toks.append(tok), qs.append(q), rows.append(q_row)
                 prev = tok
         reason = (f"a_{cut + 1} = {surv[cut]:.2f} < threshold {pol.threshold:.2f}"

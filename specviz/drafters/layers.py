@@ -126,3 +126,29 @@ def copy_target_layer(layer: DecoderLayer, src: nn.Module) -> None:
     """Initialise a drafter layer from a target (HF Llama) decoder layer of the same geometry."""
     for mine, theirs in TARGET_NAMES.items():
         getattr(layer, mine).weight.copy_(src.get_submodule(theirs).weight)
+
+
+class DraftHead:
+    """The target's frozen LM head restricted to a draft vocabulary (EAGLE-3's reduced vocab, as
+    target ids): drafts only ever propose these tokens, and the head costs Vd/V of the full one.
+    `full` widens draft logits back to the target vocabulary (-inf elsewhere), so a sampled
+    draft's q row is a true distribution over the target's tokens."""
+
+    def __init__(self, target, vocab: torch.Tensor):
+        self.vocab = vocab.long().to(target.device)
+        self.weight = target.lm_head.weight[self.vocab].detach()         # [Vd, d]
+        self.size = target.vocab
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        return (h.to(self.weight.dtype) @ self.weight.T).float()
+
+    def full(self, logits: torch.Tensor) -> torch.Tensor:
+        out = logits.new_full((*logits.shape[:-1], self.size), float("-inf"))
+        return out.index_copy(-1, self.vocab, logits)
+
+
+def vocab_lookup(vocab: torch.Tensor, size: int) -> torch.Tensor:
+    """[size] target id -> draft index; ids outside the draft vocabulary map to len(vocab)."""
+    lookup = torch.full((size,), len(vocab), dtype=torch.long)
+    lookup[vocab.long()] = torch.arange(len(vocab))
+    return lookup

@@ -5,7 +5,7 @@ Boundary: the module and the drafter. At position i the module combines the embe
 t_{i+1} with a hidden state h_i (EMBEDDING FIRST, as implementations do):
     h'_i = M · cat(RMSNorm(Emb(t_{i+1})), RMSNorm(h_i)),   M ∈ R^{d x 2d}
 then one transformer block (causal, over this module's own cache), then its own RMSNorm and the
-target's frozen, shared LM head, predicting t_{i+2}. Drafting step 1 uses the target's
+target's frozen, shared LM head (its rows for the draft vocabulary), predicting t_{i+2}. Drafting step 1 uses the target's
 hidden_states[30] (final normed state); step k > 1 feeds the module's own previous output and the
 previous draft token (vLLM's reuse of one module). The drafter cache holds block keys/values of
 committed positions only; draft-step entries are dropped after every round.
@@ -21,15 +21,18 @@ import torch
 from torch import nn
 
 from specviz.drafters import weights
-from specviz.drafters.layers import DecoderLayer, LayerShape, causal_mask, copy_target_layer
+from specviz.drafters.layers import DecoderLayer, DraftHead, LayerShape, causal_mask, copy_target_layer
 from specviz.engine.sampling import SamplingParams, draw
 from specviz.engine.tree import DraftTree
 
 
 class MtpModule(nn.Module):
-    def __init__(self, shape: LayerShape, tap: int = 30):
+    """`vocab` [Vd]: target ids of the draft vocabulary (the shared LM head's rows it uses)."""
+
+    def __init__(self, shape: LayerShape, vocab: torch.Tensor, tap: int = 30):
         super().__init__()
         self.shape, self.tap = shape, tap
+        self.register_buffer("vocab", vocab.long())
         self.emb_norm = nn.RMSNorm(shape.d, eps=shape.eps)
         self.h_norm = nn.RMSNorm(shape.d, eps=shape.eps)
         self.proj = nn.Linear(2 * shape.d, shape.d, bias=False)             # M
@@ -37,9 +40,13 @@ class MtpModule(nn.Module):
         self.norm = nn.RMSNorm(shape.d, eps=shape.eps)
 
     def init_from_target(self, target) -> None:
-        """The block starts as the target's last decoder layer; M as [0.1 I | I] (mostly pass h through)."""
+        """Start near the identity: M = [0.1 I | I] passes h through, and the block (the target's
+        last decoder layer) has zeroed output projections, so the first drafts are the target's
+        own next-token guess; training shifts them one token ahead."""
         copy_target_layer(self.block, target.model.model.layers[-1])
         with torch.no_grad():
+            self.block.o.weight.zero_()
+            self.block.down.weight.zero_()
             self.norm.weight.copy_(target.final_norm.weight)
             d = self.shape.d
             self.proj.weight.zero_()
@@ -80,6 +87,7 @@ class MtpDrafter:
     def __init__(self, target, module: MtpModule, gamma: int = 3):
         self.target, self.module, self.gamma = target, module, gamma
         self.taps = (module.tap,)
+        self.head = DraftHead(target, module.vocab)
 
     def start(self, prompt_ids: list[int], feats: dict[int, torch.Tensor]) -> MtpState:
         state = MtpState(list(prompt_ids[:-1]))
@@ -118,8 +126,7 @@ class MtpDrafter:
         state.feats.clear()
         toks, qs, rows = [], [], []
         for k in range(self.gamma):
-            logits = self.target.lm_head(normed.to(self.target.dtype)).float()
-            tok, q, q_row = draw(logits, sp, generator)
+            tok, q, q_row = draw(self.head.full(self.head.logits(normed)), sp, generator)
             toks.append(tok), qs.append(q), rows.append(q_row)
             if k + 1 < self.gamma:
                 h_out, normed = self._step(state, [tok], h_out[None])
@@ -132,6 +139,6 @@ class MtpDrafter:
 
 def build_mtp(target, settings: MtpSettings) -> MtpDrafter:
     tensors, cfg = weights.load(ID, target.fingerprint)
-    module = MtpModule(LayerShape.of(target, ffn=cfg["ffn"]), tap=cfg["tap"])
+    module = MtpModule(LayerShape.of(target, ffn=cfg["ffn"]), tensors["vocab"], tap=cfg["tap"])
     module.load_state_dict(tensors)
     return MtpDrafter(target, module.to(target.device, target.dtype).eval(), settings.gamma)

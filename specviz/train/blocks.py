@@ -24,10 +24,10 @@ from specviz.drafters.dspark import DSparkModel
 from specviz.drafters.layers import LayerShape
 from specviz.train import calibrate
 from specviz.train.data import TrainData
-from specviz.train.distill import head_logits, l1_to_target, soft_ce, weighted_mean
+from specviz.train.distill import head_logits, l1_to_target, soft_ce, to_draft, weighted_mean
 
 ANCHORS = 8          # blocks per training crop
-MARKOV_VOCAB = 8192  # reduced vocabulary of the Markov head (W1 rows + 1, W2 columns)
+DRAFT_VOCAB = 8192   # draft vocabulary (LM head rows; also the Markov head's W1 rows + 1, W2 columns)
 MARKOV_RANK = 128
 
 
@@ -97,14 +97,18 @@ class BlockTrainable:
     def __post_init__(self):
         self.module = self.dspark if self.dspark is not None else self.backbone
         self.taps = self.backbone.taps
-        self.head = self.target.lm_head.weight
+        self.head = self.target.lm_head.weight[self.backbone.vocab].detach()     # [Vd, d]
+
+    def draft_labels(self, batch: dict, row: torch.Tensor):
+        ids, p = rows_of(batch, "topk_ids", row), rows_of(batch, "topk_p", row)
+        return to_draft(ids, p, self.backbone.lookup, len(self.backbone.vocab))
 
     # --- training -----------------------------------------------------------------------
     def loss(self, batch: dict, generator: torch.Generator):
         anchors = sample_anchors(batch, ANCHORS, generator)
         h = block_hidden(self.backbone, self.target.embed, batch, anchors, self.size)
         row, w = labels(batch, anchors, self.size, self.off, self.gamma_w)
-        ids, p = rows_of(batch, "topk_ids", row), rows_of(batch, "topk_p", row)
+        ids, p = self.draft_labels(batch, row)
         U = head_logits(h, self.head)
         if self.dspark is None:
             ce = soft_ce(U, ids, p)
@@ -113,7 +117,7 @@ class BlockTrainable:
         prev = batch["tokens"].gather(1, (anchors[:, :, None] + torch.arange(self.size)).clamp(
             max=batch["tokens"].shape[1] - 1).flatten(1)).view_as(row)   # true x_k (k=0: anchor)
         e, bias = m.markov(prev)
-        logits = m.add_bias(U, bias)
+        logits = U + bias
         ce = soft_ce(logits, ids, p)
         l1 = l1_to_target(torch.softmax(logits, -1), ids, p)
         c_star = (1 - 0.5 * l1).detach().clamp(0, 1)
@@ -141,16 +145,17 @@ class BlockTrainable:
             h = block_hidden(self.backbone, self.target.embed, one, anchors, self.size)[0]
             row, _ = labels(one, anchors, self.size, self.off, self.gamma_w)
             best = rows_of(one, "topk_ids", row)[0, :, self.off:, 0]      # [n, D] target argmax
-            U = head_logits(h[:, self.off:], self.head)                    # [n, D, V]
+            U = head_logits(h[:, self.off:], self.head)                    # [n, D, Vd]
+            vocab = self.backbone.vocab
             if self.dspark is None:
-                hits.append(U.argmax(-1) == best)
+                hits.append(vocab[U.argmax(-1)] == best)
                 continue
             prev = one["tokens"][0, anchors[0]]
             z, tok = [], []
             for k in range(D):
                 e, bias = self.dspark.markov(prev)
                 z.append(self.dspark.confidence_logit(h[:, k], e))
-                prev = self.dspark.add_bias(U[:, k], bias).argmax(-1)
+                prev = vocab[(U[:, k] + bias).argmax(-1)]
                 tok.append(prev)
             hits.append(torch.stack(tok, 1) == best)
             zs.append(torch.stack(z, 1))
@@ -181,10 +186,10 @@ class BlockTrainable:
             self.calibrate()
         tensors = {k: v.detach() for k, v in self.module.state_dict().items()}
         config = {"layers": len(self.backbone.layers), "taps": list(self.taps),
-                  "block": self.size, "ffn": self.backbone.shape.ffn}
+                  "block": self.size, "ffn": self.backbone.shape.ffn,
+                  "draft_vocab": len(self.backbone.vocab)}
         if self.dspark is not None:
-            config |= {"markov_vocab": int(self.dspark.vocab.numel()),
-                       "rank": self.dspark.w1.embedding_dim, "calibration": self.calibration}
+            config |= {"rank": self.dspark.w1.embedding_dim, "calibration": self.calibration}
         return tensors, config
 
     def describe(self) -> str:
@@ -192,12 +197,14 @@ class BlockTrainable:
         if self.dspark is None:
             return (f"DFlash block drafter, block size {self.size} ({self.size - 1} drafts per "
                     f"forward), {n} layer(s), fused target layers {self.taps} with KV injection, "
-                    f"frozen target embedding and LM head. Trained with soft-label CE against "
+                    f"frozen target embedding and LM head (its rows for a {len(self.backbone.vocab)}-token "
+                    f"draft vocabulary, the most probable tokens of the training data). Trained "
+                    f"with soft-label CE against "
                     f"the target's top-64 distribution, position weights exp(-(k-1)/{self.gamma_w:g}).")
         c = self.calibration
         return (f"DSpark drafter: DFlash-style backbone ({n} layer(s), block {self.size}, the "
-                f"anchor also predicts: {self.size} drafts per forward), Markov head on the "
-                f"{self.dspark.vocab.numel()} most frequent tokens (rank "
+                f"anchor also predicts: {self.size} drafts per forward), draft vocabulary and Markov "
+                f"head on the {len(self.backbone.vocab)} most probable tokens of the data (rank "
                 f"{self.dspark.w1.embedding_dim}), confidence head trained on c* = 1 - ½‖p_d - p_t‖₁. "
                 f"Loss 0.1 CE + 0.9 L1 + BCE, position weights exp(-k/{self.gamma_w:g}).\n\n"
                 f"Calibration (sequential temperature scaling of a_j, greedy acceptance labels; "
@@ -208,31 +215,29 @@ class BlockTrainable:
                 f"Temperatures T_k: {c['temperatures']}.")
 
 
-def _backbone(target, layers: int) -> BlockBackbone:
-    bb = BlockBackbone(LayerShape.of(target), layers)
+def draft_vocab(target, args) -> torch.Tensor:
+    return TrainData(args.data).vocab_by_mass(DRAFT_VOCAB, target.vocab)
+
+
+def dflash(target, args, size: int, layers: int = 1) -> BlockTrainable:
+    bb = BlockBackbone(LayerShape.of(target), draft_vocab(target, args), target.vocab, layers)
     bb.init_from_target(target)
-    return bb
-
-
-def dflash(target, size: int, layers: int = 1) -> BlockTrainable:
-    return BlockTrainable(target, _backbone(target, layers), size, off=1,
-                          gamma_w=7.0 if size >= 16 else 4.0)
+    return BlockTrainable(target, bb, size, off=1, gamma_w=7.0 if size >= 16 else 4.0)
 
 
 def dflash_b8(target, args) -> BlockTrainable:
-    return dflash(target, 8)
+    return dflash(target, args, 8)
 
 
 def dflash_b16(target, args) -> BlockTrainable:
-    return dflash(target, 16)
+    return dflash(target, args, 16)
 
 
 def dspark(target, args, size: int = 16, layers: int = 1) -> BlockTrainable:
     held = TrainData(args.data, (2, 15, 28))
-    vocab = held.vocab_by_mass(MARKOV_VOCAB, target.vocab)
+    vocab = held.vocab_by_mass(DRAFT_VOCAB, target.vocab)
     model = DSparkModel(LayerShape.of(target), vocab, target.vocab, block=size, n_layers=layers,
                         rank=MARKOV_RANK)
     model.backbone.init_from_target(target)
     return BlockTrainable(target, model.backbone, size, off=0, gamma_w=7.0, dspark=model,
                           heldout=held)
-

@@ -2,7 +2,8 @@
 
 Boundary: loss maths on logits and label rows; no model, no data loading. The target's
 distribution at a row is its top-k renormalised (the rest of the vocabulary gets 0): at k = 64
-this holds nearly all of the mass of a 135M model's next-token distribution.
+this holds nearly all of the mass of a 135M model's next-token distribution. Drafters with a
+reduced draft vocabulary first map the labels with `to_draft`.
 """
 from __future__ import annotations
 
@@ -16,6 +17,14 @@ def head_logits(hn: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if hn.device.type == "cpu":
         return F.linear(hn.to(torch.bfloat16), weight.to(torch.bfloat16)).float()
     return F.linear(hn, weight.to(hn.dtype)).float()
+
+
+def to_draft(topk_ids: torch.Tensor, topk_p: torch.Tensor, lookup: torch.Tensor, n_draft: int):
+    """Target-id labels -> draft-vocabulary labels (lookup: target id -> draft index, n_draft for
+    ids outside it); those outside get probability 0 (target_probs renormalises the rest)."""
+    d = lookup[topk_ids]
+    outside = d == n_draft
+    return d.masked_fill(outside, 0), topk_p.masked_fill(outside, 0.0)
 
 
 def target_probs(topk_p: torch.Tensor) -> torch.Tensor:

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from specviz.drafters.mtp import MtpModule
-from specviz.drafters.layers import LayerShape
-from specviz.train.distill import head_logits, soft_ce, weighted_mean
+from specviz.drafters.layers import LayerShape, vocab_lookup
+from specviz.train.blocks import draft_vocab
+from specviz.train.distill import head_logits, soft_ce, to_draft, weighted_mean
 
 STEPS = 3   # unrolled steps = the default γ
 
@@ -35,7 +36,9 @@ class MtpTrainable:
 
     def __post_init__(self):
         self.taps = (self.module.tap,)
-        self.head = self.target.lm_head.weight
+        vocab = self.module.vocab
+        self.head = self.target.lm_head.weight[vocab].detach()                 # [Vd, d]
+        self.lookup = vocab_lookup(vocab, self.target.vocab).to(vocab.device)
 
     def unroll(self, batch: dict):
         """Per step j: (normed hidden [b, n, d], label row [n]) with n = T - 1 crop indices."""
@@ -63,7 +66,8 @@ class MtpTrainable:
             ok = row + 1 < T
             r = row.clamp(max=T - 1)
             w = w_all[:, (row + 1).clamp(max=T - 1)] * ok
-            ce = soft_ce(head_logits(normed, self.head), batch["topk_ids"][:, r], batch["topk_p"][:, r])
+            ids, p = to_draft(batch["topk_ids"][:, r], batch["topk_p"][:, r], self.lookup, len(self.head))
+            ce = soft_ce(head_logits(normed, self.head), ids, p)
             l = weighted_mean(ce, w)
             total = total + 0.8 ** (j - 1) * l
             stats[f"ce{j}"] = l
@@ -78,17 +82,20 @@ class MtpTrainable:
         first, last = (i + 2).clamp(max=T - 1), i + self.steps + 1     # first / last drafted token
         ok = (last < T) & (batch["valid"] * batch["loss_mask"])[:, first].bool() \
             & batch["valid"][:, last.clamp(max=T - 1)].bool()
-        hits = [head_logits(normed, self.head).argmax(-1) == batch["topk_ids"][:, row.clamp(max=T - 1), 0]
+        hits = [self.module.vocab[head_logits(normed, self.head).argmax(-1)]
+                == batch["topk_ids"][:, row.clamp(max=T - 1), 0]
                 for normed, row in outs]
         return torch.stack(hits, -1)[ok]
 
     def export(self):
         return ({k: v.detach() for k, v in self.module.state_dict().items()},
-                {"tap": self.module.tap, "ffn": self.module.shape.ffn})
+                {"tap": self.module.tap, "ffn": self.module.shape.ffn,
+                 "draft_vocab": len(self.module.vocab)})
 
     def describe(self) -> str:
         return ("DeepSeek-V3-style MTP module: h' = M·cat(RMSNorm(Emb(t)), RMSNorm(h)) (embedding "
-                "first), one transformer block, its own RMSNorm and the target's frozen LM head, on "
+                "first), one transformer block, its own RMSNorm and the target's frozen LM head (its rows "
+                f"for a {len(self.module.vocab)}-token draft vocabulary), on "
                 f"hidden_states[{self.module.tap}]; reused autoregressively (γ = 3 by default). "
                 "**Post-trained on a frozen target**: real MTP (DeepSeek-V3) is trained jointly "
                 "with the model, so expect lower acceptance than native MTP. Trained with "
@@ -97,6 +104,6 @@ class MtpTrainable:
 
 
 def mtp(target, args) -> MtpTrainable:
-    module = MtpModule(LayerShape.of(target), tap=target.n_layers)
+    module = MtpModule(LayerShape.of(target), draft_vocab(target, args), tap=target.n_layers)
     module.init_from_target(target)
     return MtpTrainable(target, module)
