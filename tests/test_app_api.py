@@ -48,3 +48,20 @@ def test_api_is_documented(client):
     assert "/speculate" in info["named_endpoints"]
     params = [p["parameter_name"] for p in info["named_endpoints"]["/speculate"]["parameters"]]
     assert params == ["prompt", "strategy", "max_new_tokens", "temperature", "seed"]
+
+
+def test_playground_settings_come_from_the_registry():
+    """Every strategy's own settings show with their defaults and a meaning; overrides read back."""
+    from specviz import strategies
+    from specviz.ui import playground
+
+    for sid, sp in strategies.REGISTRY.items():
+        rows = playground.settings_rows(sid)
+        if sp.settings is None:
+            assert rows == []
+            continue
+        names = [r[0] for r in rows]
+        assert names == list(strategies.settings_dict(strategies.parse_settings(sid)))
+        assert all(r[2] for r in rows), f"{sid}: a setting without a meaning in SETTING_HELP"
+        assert strategies.parse_settings(sid, playground.overrides(rows)) == \
+            strategies.parse_settings(sid)

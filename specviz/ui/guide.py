@@ -5,6 +5,7 @@ Boundary: target facts + the registry + assets/<id>.md cards + τ from the shipp
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import gradio as gr
@@ -49,13 +50,24 @@ def measured_tau() -> dict[str, list[float]]:
             events = read_trace(path)
         except TraceError:
             continue
-        out.setdefault(events[0].strategy, []).append(events[-1].mean_accepted_length)
+        if float(events[0].settings.get("temperature", 0.0)) == 0.0:
+            out.setdefault(events[0].strategy, []).append(events[-1].mean_accepted_length)
     return out
 
 
 def card(strategy: str) -> str:
+    """The drafter's model card, headings demoted to sit under the strategy's own heading."""
     path = ROOT / "assets" / f"{strategy}.md"
-    return path.read_text(encoding="utf-8") if path.is_file() else ""
+    if not path.is_file():
+        return ""
+    text = path.read_text(encoding="utf-8")
+    return re.sub(r"^(#{1,3}) ", lambda m: "#" * (len(m.group(1)) + 4) + " ", text, flags=re.M)
+
+
+def card_tau(text: str) -> str | None:
+    """The held-out τ a model card reports (the row specviz.train writes), if any."""
+    m = re.search(r"^\|\s*(held-out simulated[^|]*τ)\s*\|\s*([0-9.]+)", text, flags=re.M)
+    return f"{float(m.group(2)):.2f} ({m.group(1)}, model card)" if m else None
 
 
 def overview(target, unavailable: dict[str, str | None]) -> str:
@@ -65,12 +77,14 @@ def overview(target, unavailable: dict[str, str | None]) -> str:
              f"tokens, vocabulary {target.vocab}\n\n### Strategies"]
     for sp in strategies.REGISTRY.values():
         tau = taus.get(sp.id)
-        tau_s = (f"τ {min(tau):.2f}–{max(tau):.2f} on the shipped demo traces" if tau
-                 else "no shipped trace yet")
+        tau_s = (f"τ {min(tau):.2f}–{max(tau):.2f} on the shipped greedy demo traces" if tau
+                 else "no shipped demo trace yet")
         state = (f"unavailable: {unavailable[sp.id]}" if unavailable.get(sp.id) else "available")
+        text = card(sp.id)
+        if card_tau(text):
+            tau_s += f"\n- τ {card_tau(text)}"
         lines.append(f"#### {sp.id} — {sp.label}\n{sp.summary}\n\n- {state}\n- {tau_s}"
                      + (f"\n- caveat: {sp.caveat}" if sp.caveat else ""))
-        text = card(sp.id)
         if text:
             lines.append(f"<details><summary>model card</summary>\n\n{text}\n\n</details>")
     return "\n\n".join(lines)

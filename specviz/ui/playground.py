@@ -45,14 +45,45 @@ def strategy_choices(unavailable: dict[str, str | None]) -> list[tuple[str, str]
             for sp in strategies.REGISTRY.values()]
 
 
+# What each strategy setting does, by field name (the same name means the same knob in every
+# strategy's settings dataclass); valid ranges are checked by the dataclasses themselves.
+SETTING_HELP = {
+    "gamma": "γ: tokens drafted per step, as a chain",
+    "k": "tokens proposed by ONE drafter forward",
+    "mode": "tree (EAGLE-2 dynamic tree) or chain",
+    "top_k": "tree: children expanded per node",
+    "depth": "tree: levels drafted (deepest draft position)",
+    "total_tokens": "tree: best nodes kept and sent to the target (verify budget)",
+    "block_size": "block: positions drafted by one forward",
+    "threshold": "confidence: cut the draft where the prefix survival a_j falls below this "
+                 "(0 = never cut)",
+    "markov": "Markov head on (true) or the backbone alone (false, an ablation)",
+    "window": "context positions the drafter attends to (0 = all)",
+    "max_draft": "tokens per matched continuation",
+    "branches": "distinct continuations merged into the tree",
+    "budget": "draft nodes at most",
+    "min_expected": "skip drafting when fewer accepted tokens are expected (0 = always draft)",
+    "reprobe": "after this many skipped steps at one match length, draft once more",
+    "store": "also match against earlier requests (cross-request store)",
+}
+
+
 def settings_rows(strategy: str) -> list[list[str]]:
+    """[setting, default value, meaning] rows of the strategy's settings (none for ar, eagle1)."""
     s = strategies.parse_settings(strategy) if strategy in strategies.REGISTRY else None
-    return [[k, str(v)] for k, v in strategies.settings_dict(s).items()] or [["(none)", ""]]
+    return [[k, str(v).lower() if isinstance(v, bool) else str(v), SETTING_HELP.get(k, "")]
+            for k, v in strategies.settings_dict(s).items()]
+
+
+def settings_view(strategy: str) -> gr.Dataframe:
+    rows = settings_rows(strategy)
+    return gr.Dataframe(rows or [["", "", ""]], label=f"{strategy} settings (edit the values)",
+                        visible=bool(rows))
 
 
 def overrides(rows: Any) -> dict[str, str]:
     rows = rows.values.tolist() if hasattr(rows, "values") else rows or []
-    return {str(k): str(v) for k, v in rows if k and k != "(none)"}
+    return {str(r[0]): str(r[1]) for r in rows if r and r[0]}
 
 
 def strategy_help(strategy: str, unavailable: dict[str, str | None]) -> str:
@@ -62,6 +93,8 @@ def strategy_help(strategy: str, unavailable: dict[str, str | None]) -> str:
     text = f"**{sp.id}**: {sp.summary}"
     if sp.caveat:
         text += f"\n\n*Caveat:* {sp.caveat}"
+    if sp.settings is None:
+        text += "\n\nThis strategy has no settings of its own."
     if unavailable.get(strategy):
         text += f"\n\n**Unavailable:** {unavailable[strategy]}"
     return text
@@ -94,12 +127,13 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
             strategy = gr.Dropdown(strategy_choices(unavailable), value="ngram", label="strategy",
                                    elem_id="pg-strategy")
             about = gr.Markdown(strategy_help("ngram", unavailable))
+            settings = gr.Dataframe(settings_rows("ngram"), headers=["setting", "value", "meaning"],
+                                    datatype=["str", "str", "str"], static_columns=[0, 2],
+                                    type="array", label="ngram settings (edit the values)",
+                                    column_widths=["30%", "18%", "52%"], wrap=True,
+                                    elem_id="pg-settings")
             chat = gr.Checkbox(True, label="chat template")
             with gr.Accordion("generation settings", open=False, elem_id="pg-settings-acc"):
-                settings = gr.Dataframe(settings_rows("ngram"), headers=["setting", "value"],
-                                        datatype=["str", "str"], static_columns=[0],
-                                        type="array", label="strategy settings",
-                                        elem_id="pg-settings")
                 max_new = gr.Number(128, label="max new tokens", precision=0,
                                     elem_id="pg-max-new")
                 temperature = gr.Number(0.0, label="temperature (0 = greedy)",
@@ -112,7 +146,7 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
     ar_speeds = gr.State({})      # ar_key -> ar tokens/s measured in this session
     ref = gr.State(None)          # the shown run's ar tokens/s, if measured
 
-    strategy.change(lambda s: (settings_rows(s), strategy_help(s, unavailable)), strategy,
+    strategy.change(lambda s: (settings_view(s), strategy_help(s, unavailable)), strategy,
                     [settings, about], queue=False)
 
     @gpu
