@@ -158,7 +158,10 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
                                   top_p, seed, chat)
             key = ar_key(req)
             events = []
-            yield [message_html("Running…", "info"), *views.render([], None),
+            # Text only until the first step: redrawing four Plotly figures here would keep
+            # the browser busy just when the first step arrives (the previous run's figures
+            # are dimmed instead, see views.render).
+            yield [message_html("Running…", "info"), *views.render([], None, text_only=True),
                    [], ar_speeds, None, None]
             for n, events in enumerate(session.stream(target, req, cancel)):
                 yield [gr.skip(), *views.render(events, None, ar_speeds.get(key),

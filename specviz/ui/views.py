@@ -70,7 +70,9 @@ def figures(events: list[Event], step: int | None) -> dict[str, Any]:
 def render(events: list[Event], step: int | None = None, ar_tps: float | None = None,
            status: str = "", text_only: bool = False) -> list:
     """Values for Views.outputs: the run up to `step` (None: the latest step, following live).
-    text_only leaves the figures as they are (the first live update: text shows fastest)."""
+    text_only leaves the figures as they are (Run and the first live step: text shows fastest)
+    and marks the metrics panel `sv-figures-pending`, which the css uses to dim the figures
+    until they are redrawn."""
     view = fold(events)
     last = view.steps[-1].step if view.steps else 0
     step = last if step is None else max(0, min(int(step), last))
@@ -79,7 +81,10 @@ def render(events: list[Event], step: int | None = None, ar_tps: float | None = 
         status = f"finished: {events[-1].stop_reason}"
     f = {k: gr.skip() for k in ("tree", "acceptance", "confidence", "kv")} if text_only else \
         figures(events, step)
-    return [metrics_html(m, ar_tps, status), tokens_html(view, step), f["tree"],
+    panel = metrics_html(m, ar_tps, status)
+    if text_only:
+        panel = f'<div class="sv-figures-pending">{panel}</div>'
+    return [panel, tokens_html(view, step), f["tree"],
             f["acceptance"], f["confidence"], f["kv"],
             gr.Slider(minimum=0, maximum=max(1, last), value=step)]
 
