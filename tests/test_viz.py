@@ -142,6 +142,8 @@ def test_narration_mentions_real_numbers():
     text = narrate.narrate(view.steps[0], view.start)
     assert "argmax" in text or "most likely" in text
     assert "bonus" in text and "threshold 0.5" in text and "dropped" in text
+    assert "c<sub>3</sub> = 0.20" in text and "a<sub>2</sub> = 0.54" in text
+    assert "a<sub>3</sub> = 0.11 is below the threshold 0.5" in text and "first 2 draft" in text
     sampled = narrate.narrate(view.steps[0], start(temperature=0.7))
     assert "min(1, p/q) = 0.89" in sampled and "the draw was 0.30" in sampled
 
@@ -169,3 +171,20 @@ def test_viz_imports_no_torch():
     code = ("import sys, specviz.viz.tree, specviz.viz.charts, specviz.viz.compare, "
             "specviz.viz.narrate, specviz.viz.explorer; assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_shipped_walkthroughs_render_every_slide():
+    """Each demos/walkthroughs script names a shipped trace and steps that exist in it; every
+    slide narrates its step, and confidence walkthroughs show the confidence chart."""
+    from specviz.ui import learn
+
+    found = learn.scripts()
+    assert found
+    for title, script in found.items():
+        n = len(script["steps"])
+        for i in range(n + 1):
+            header, narration, _, _, confidence, _, index = learn.slide(script, i)
+            assert index == i and "sv-msg-error" not in header, title
+            assert (i == 0) == (narration == ""), title
+        if script["trace"].startswith("dspark"):
+            assert confidence["visible"] and "Schedule." in narration

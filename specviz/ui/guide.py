@@ -1,7 +1,8 @@
 """The Models & guide tab: what is loaded, each drafter's card and measured τ, and an honest
 strategy-selection guide (the seed articles' decision trees, corrected).
 
-Boundary: target facts + the registry + assets/<id>.md cards + τ from the shipped traces -> Markdown.
+Boundary: target facts + the registry + assets/<id>[-*].md cards + τ from the shipped traces
+-> Markdown.
 """
 from __future__ import annotations
 
@@ -55,19 +56,20 @@ def measured_tau() -> dict[str, list[float]]:
     return out
 
 
-def card(strategy: str) -> str:
-    """The drafter's model card, headings demoted to sit under the strategy's own heading."""
-    path = ROOT / "assets" / f"{strategy}.md"
-    if not path.is_file():
-        return ""
-    text = path.read_text(encoding="utf-8")
-    return re.sub(r"^(#{1,3}) ", lambda m: "#" * (len(m.group(1)) + 4) + " ", text, flags=re.M)
+def cards(strategy: str) -> dict[str, str]:
+    """The strategy's model cards by name: assets/<id>.md, or one per shipped model
+    (assets/<id>-*.md, e.g. dflash-b8 and dflash-b16); headings demoted to sit under the
+    strategy's own heading."""
+    assets = ROOT / "assets"
+    paths = sorted({*assets.glob(f"{strategy}.md"), *assets.glob(f"{strategy}-*.md")})
+    return {p.stem: re.sub(r"^(#{1,3}) ", lambda m: "#" * (len(m.group(1)) + 4) + " ",
+                           p.read_text(encoding="utf-8"), flags=re.M) for p in paths}
 
 
-def card_tau(text: str) -> str | None:
-    """The held-out τ a model card reports (the row specviz.train writes), if any."""
-    m = re.search(r"^\|\s*(held-out simulated[^|]*τ)\s*\|\s*([0-9.]+)", text, flags=re.M)
-    return f"{float(m.group(2)):.2f} ({m.group(1)}, model card)" if m else None
+def card_tau(text: str) -> float | None:
+    """The held-out simulated τ a model card reports (the row specviz.train writes), if any."""
+    m = re.search(r"^\|\s*held-out simulated[^|]*τ\s*\|\s*([0-9.]+)", text, flags=re.M)
+    return float(m.group(1)) if m else None
 
 
 def overview(target, unavailable: dict[str, str | None]) -> str:
@@ -80,13 +82,15 @@ def overview(target, unavailable: dict[str, str | None]) -> str:
         tau_s = (f"τ {min(tau):.2f}–{max(tau):.2f} on the shipped greedy demo traces" if tau
                  else "no shipped demo trace yet")
         state = (f"unavailable: {unavailable[sp.id]}" if unavailable.get(sp.id) else "available")
-        text = card(sp.id)
-        if card_tau(text):
-            tau_s += f"\n- τ {card_tau(text)}"
+        found = cards(sp.id)
+        for name, text in found.items():
+            if card_tau(text) is not None:
+                tau_s += (f"\n- τ {card_tau(text):.2f} held-out (simulated chain), model card"
+                          + (f" {name}" if len(found) > 1 else ""))
         lines.append(f"#### {sp.id} — {sp.label}\n{sp.summary}\n\n- {state}\n- {tau_s}"
                      + (f"\n- caveat: {sp.caveat}" if sp.caveat else ""))
-        if text:
-            lines.append(f"<details><summary>model card</summary>\n\n{text}\n\n</details>")
+        lines += [f"<details><summary>model card ({name})</summary>\n\n{text}\n\n</details>"
+                  for name, text in found.items()]
     return "\n\n".join(lines)
 
 

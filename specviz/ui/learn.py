@@ -13,7 +13,7 @@ from pathlib import Path
 import gradio as gr
 
 from specviz.events import TraceError, read_trace
-from specviz.viz.charts import kv_figure
+from specviz.viz.charts import confidence_figure, kv_figure
 from specviz.viz.explorer import explorer_figure, explorer_text, rejection
 from specviz.viz.narrate import narrate
 from specviz.viz.panel import message_html
@@ -33,27 +33,37 @@ def scripts() -> dict[str, dict]:
     return out
 
 
+def has_confidence(view) -> bool:
+    """Whether the run's drafter reports confidences (then the Learn tab shows that chart)."""
+    return any(s.schedule or any(c is not None for c in s.draft.confidence)
+               for s in view.steps if s.draft)
+
+
 def slide(script: dict | None, index: int) -> list:
-    """[header, narration, tokens, tree, kv, index] for slide `index` (clamped)."""
+    """[header, narration, tokens, tree, confidence, kv, index] for slide `index` (clamped)."""
     if not script:
-        return [message_html("Choose a walkthrough.", "info"), "", "", None, None, 0]
+        return [message_html("Choose a walkthrough.", "info"), "", "", None,
+                gr.update(value=None, visible=False), None, 0]
     try:
         events = read_trace(DEMOS / "traces" / script["trace"])
     except TraceError as exc:
         return [message_html(f"This walkthrough's trace cannot be read: {exc}"), "", "", None,
-                None, 0]
+                gr.update(value=None, visible=False), None, 0]
     view = fold(events)
     numbers = script.get("steps") or [s.step for s in view.steps]
     index = max(0, min(int(index), len(numbers)))   # slide 0 is the introduction
-    if index == 0:
+    step = next(s for s in view.steps if s.step == numbers[index - 1]) if index else None
+    confidence = gr.update(value=confidence_figure(step), visible=has_confidence(view))
+    if step is None:
         header = (f"<h3>{html.escape(script['title'])}</h3><p>{html.escape(script['intro'])}</p>"
                   f"<p><i>Slide 0 of {len(numbers)}. Press Next.</i></p>")
-        return [header, "", tokens_html(view, 0), tree_figure(None), kv_figure(view, 0), 0]
-    step = next(s for s in view.steps if s.step == numbers[index - 1])
+        return [header, "", tokens_html(view, 0), tree_figure(None), confidence,
+                kv_figure(view, 0), 0]
     header = (f"<h3>{html.escape(script['title'])}</h3><p><i>Slide {index} of {len(numbers)}: decoding step "
               f"{step.step}</i></p>")
     return [header, narrate(step, view.start), tokens_html(view, step.step),
-            tree_figure(step, f"Draft tree, step {step.step}"), kv_figure(view, step.step), index]
+            tree_figure(step, f"Draft tree, step {step.step}"), confidence,
+            kv_figure(view, step.step), index]
 
 
 def explore(rows) -> list:
@@ -81,9 +91,11 @@ def build() -> None:
     tokens = gr.HTML(first[2], elem_id="learn-tokens", elem_classes=["sv-tokens-box"])
     with gr.Row():
         tree = gr.Plot(first[3], label="draft tree", elem_id="learn-tree")
-        kv = gr.Plot(first[4], label="KV cache", elem_id="learn-kv")
+        confidence = gr.Plot(first[4]["value"], label="confidence prefix",
+                             elem_id="learn-confidence", visible=first[4]["visible"])
+        kv = gr.Plot(first[5], label="KV cache", elem_id="learn-kv")
     index = gr.State(0)
-    outputs = [header, narration, tokens, tree, kv, index]
+    outputs = [header, narration, tokens, tree, confidence, kv, index]
     choice.change(lambda t: slide(found.get(t), 0), choice, outputs, api_visibility="private")
     prev_btn.click(lambda t, i: slide(found.get(t), i - 1), [choice, index], outputs,
                    api_visibility="private")

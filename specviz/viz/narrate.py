@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from specviz.events import RunStarted
+from specviz.events import RunStarted, ScheduleDecided
 from specviz.viz.steps import Step
 from specviz.viz.tokens import visible
 
@@ -35,6 +35,28 @@ def _decision(step: Step, i: int, greedy: bool) -> str:
     return f"{rule}{drawn}: {verdict}"
 
 
+def _schedule(s: ScheduleDecided) -> str:
+    """The confidence prefix in words: c_k, their running product a_j, the threshold, the cut."""
+    n, cut = len(s.confidence), s.verify_len
+    shown = range(min(n, cut + 1))       # every kept position and the first one cut
+    cs = ", ".join(f"c<sub>{k + 1}</sub> = {s.confidence[k]:.2f}" for k in shown)
+    avs = ", ".join(f"a<sub>{k + 1}</sub> = {s.survival[k]:.2f}" for k in shown)
+    text = (f"<b>Schedule.</b> Before the target sees anything, the confidence head estimates "
+            f"c<sub>k</sub>, the chance that draft k is accepted if every draft before it was: "
+            f"{cs}. Their running product is the prefix survival a<sub>j</sub> = "
+            f"c<sub>1</sub> × … × c<sub>j</sub>, the chance that the first j drafts all "
+            f"survive: {avs}. ")
+    if s.threshold is None:
+        return text + (f"The schedule sends {cut} of {n} drafts to the target "
+                       f"({html.escape(s.reason)}).")
+    if cut < n:
+        return text + (f"a<sub>{cut + 1}</sub> = {s.survival[cut]:.2f} is below the threshold "
+                       f"{s.threshold:g}, so the draft is truncated: only the first {cut} "
+                       f"draft(s) go to the target and the remaining {n - cut} are never sent.")
+    return text + (f"Every a<sub>j</sub> stays at or above the threshold {s.threshold:g}, so all "
+                   f"{n} drafts go to the target.")
+
+
 def narrate(step: Step, start: RunStarted | None) -> str:
     greedy = not start or float(start.settings.get("temperature", 0.0)) == 0.0
     d = step.draft
@@ -49,10 +71,7 @@ def narrate(step: Step, start: RunStarted | None) -> str:
                      f"proposes {shape} of {step.n_nodes - 1} tokens, {depth} deep, in "
                      f"{1000 * d.draft_s:.1f} ms. " + (html.escape(d.note) if d.note else ""))
     if step.schedule:
-        s = step.schedule
-        thr = f" against threshold {s.threshold:g}" if s.threshold is not None else ""
-        paras.append(f"<b>Schedule.</b> The confidence prefix keeps {s.verify_len} position(s)"
-                     f"{thr} ({html.escape(s.reason)}); the rest is never sent to the target.")
+        paras.append(_schedule(step.schedule))
     if step.verified and step.accepted:
         v = step.verified
         paras.append(f"<b>Verify.</b> One target forward over {v.input_tokens} token(s) "
