@@ -1,9 +1,17 @@
 """Record the demo traces the Learn and Replay tabs ship with.
 
-Usage: python -m demos.record [--strategies ar,ngram,...] [--device cpu]
-Writes demos/traces/<strategy>-<prompt id>[-sampled].jsonl: every prompt of demos/prompts.jsonl
-greedy, and the first prompt also sampled (temperature 0.7, seed 0) so walkthroughs can narrate
-the rejection-sampling rule. Strategies whose drafter is unavailable are skipped with the reason.
+Usage: python -m demos.record [--strategies ar,ngram,...] [--sampled ngram=0.7,eagle2=1]
+                              [--set dspark:threshold=0.2] [--device cpu]
+Writes demos/traces/<strategy>-<prompt id>.jsonl for every prompt of demos/prompts.jsonl, greedy,
+at most 48 new tokens; and for the strategies named in --sampled, the first prompt also sampled
+at that temperature (seed 0), as <strategy>-<prompt id>-sampled.jsonl, so walkthroughs can
+narrate the rejection-sampling rule. With --set, the strategies are recorded with those
+settings instead, and the file names end in -<setting><value> (e.g. -threshold0.2).
+Strategies whose drafter is unavailable are skipped with the reason.
+
+The shipped traces come from `python -m demos.record` and
+`python -m demos.record --strategies dspark --set dspark:threshold=0.2 --sampled dspark=1`
+(at the default threshold 0.5 the CPU-trained dspark sends no draft at all).
 """
 from __future__ import annotations
 
@@ -20,25 +28,40 @@ from specviz.events import write_trace
 from specviz.models.target import Target
 
 HERE = Path(__file__).resolve().parent
-MAX_NEW_TOKENS = 64
+MAX_NEW_TOKENS = 48
+SAMPLED = "ar=0.7,ngram=0.7,eagle2=1.0"
+MAX_TRACE_KB = 150          # keep the shipped traces small
 
 
-def record(target: Target, strategy: str, prompt: dict, settings: GenSettings, path: Path) -> None:
-    drafter = strategies.drafter_for(target, strategy)
+def record(target: Target, strategy: str, overrides: dict[str, str], prompt: dict,
+           settings: GenSettings, path: Path) -> None:
+    knobs = strategies.parse_settings(strategy, overrides)
+    drafter = strategies.drafter_for(target, strategy, knobs)
     events = list(run(target, target.encode(prompt["prompt"]), settings, drafter,
-                      strategy=strategy,
-                      strategy_settings=strategies.settings_dict(strategies.parse_settings(strategy)),
+                      strategy=strategy, strategy_settings=strategies.settings_dict(knobs),
                       drafter_id=strategy if drafter else None))
     write_trace(events, path)
     fin = events[-1]
-    print(f"{path.name}: {fin.new_tokens} tokens, τ {fin.mean_accepted_length:.2f}")
+    kb = path.stat().st_size / 1024
+    print(f"{path.name}: {fin.new_tokens} tokens, τ {fin.mean_accepted_length:.2f}, {kb:.0f} KB"
+          + (f"  (over {MAX_TRACE_KB} KB)" if kb > MAX_TRACE_KB else ""), flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--strategies", default=",".join(strategies.REGISTRY))
+    ap.add_argument("--sampled", default=SAMPLED,
+                    help="strategy=temperature pairs that also get a sampled trace")
+    ap.add_argument("--set", action="append", default=[], metavar="STRATEGY:KEY=VALUE",
+                    help="record STRATEGY with this setting (repeatable)")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
+    sampled = {sid: float(t) for sid, t in (kv.split("=") for kv in args.sampled.split(",") if kv)}
+    overrides: dict[str, dict[str, str]] = {}
+    for item in args.set:
+        sid, kv = item.split(":", 1)
+        key, value = kv.split("=", 1)
+        overrides.setdefault(sid, {})[key] = value
     torch.set_num_threads(1)
     target = Target.load("embedded", device=args.device)
     prompts = [json.loads(line) for line in open(HERE / "prompts.jsonl", encoding="utf-8")]
@@ -50,12 +73,16 @@ def main() -> None:
         except DrafterUnavailable as exc:
             print(f"skip {sid}: {exc}")
             continue
+        knobs = overrides.get(sid, {})
+        suffix = "".join(f"-{k}{v}" for k, v in knobs.items())
         for i, p in enumerate(prompts):
             n = min(MAX_NEW_TOKENS, p.get("max_new_tokens", MAX_NEW_TOKENS))
-            record(target, sid, p, GenSettings(max_new_tokens=n), out / f"{sid}-{p['id']}.jsonl")
-            if i == 0:
-                record(target, sid, p, GenSettings(max_new_tokens=n, temperature=0.7, seed=0),
-                       out / f"{sid}-{p['id']}-sampled.jsonl")
+            record(target, sid, knobs, p, GenSettings(max_new_tokens=n),
+                   out / f"{sid}-{p['id']}{suffix}.jsonl")
+            if i == 0 and sid in sampled:
+                record(target, sid, knobs, p,
+                       GenSettings(max_new_tokens=n, temperature=sampled[sid], seed=0),
+                       out / f"{sid}-{p['id']}-sampled{suffix}.jsonl")
 
 
 if __name__ == "__main__":

@@ -184,6 +184,15 @@ def test_learn_walkthrough_steps(page):
     page.click("#learn-prev")
     page.wait_for_selector("#learn-header:has-text('Slide 1')")
     shot(page, "learn")
+    page.locator("#learn-pick input").click()
+    page.get_by_role("option", name=re.compile("^DSpark")).click()
+    page.wait_for_selector("#learn-header:has-text('Slide 0')")
+    page.click("#learn-next")
+    page.wait_for_selector("#learn-header:has-text('Slide 1')")
+    assert "below the threshold" in page.inner_text("#learn-narration") or \
+        "stays at or above the threshold" in page.inner_text("#learn-narration")
+    page.wait_for_selector("#learn-confidence .js-plotly-plot")
+    shot(page, "learn-dspark")
 
 
 def test_models_and_guide(page):
