@@ -43,14 +43,16 @@ def browser(app_url):
 
 
 def open_page(browser, app_url, context: bool = False, width: int = 1400, height: int = 1000):
-    """A loaded app page; context=True gives it its own browser context (cookies, storage:
-    a separate user)."""
+    """A loaded, settled app page (on a fresh page the browser spends ~1.5 s parsing plotly.js
+    just after the buttons appear); context=True gives it its own browser context (cookies,
+    storage: a separate user)."""
     size = {"width": width, "height": height}
     pg = browser.new_context(viewport=size).new_page() if context else browser.new_page(
         viewport=size)
     pg.set_default_timeout(60_000)
     pg.goto(app_url)
-    pg.wait_for_selector("#pg-run")
+    pg.wait_for_selector("#pg-tree .js-plotly-plot")     # plotly.js loaded with the page
+    pg.evaluate("() => new Promise(r => requestIdleCallback(r))")   # and the page settled
     return pg
 
 
