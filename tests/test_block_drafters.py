@@ -149,9 +149,12 @@ def test_shipped_weights_greedy_equals_ar(target, sid, overrides):
         drafter = strategies.drafter_for(target, sid, strategies.parse_settings(sid, overrides))
     except DrafterUnavailable as exc:
         pytest.skip(str(exc))
-    for text in ("Explain what a binary search does.", "Give me two tips for sleeping well."):
+    for text in SHIPPED_PROMPTS:
         ids = target.encode(text)
-        got, events = decode(target, ids, drafter)
-        assert got == decode(target, ids, None)[0]
-        fin = events[-1]
-        assert fin.mean_accepted_length >= 1.0
+        if text not in _ar:
+            _ar[text] = decode(target, ids, None)[0]
+        assert decode(target, ids, drafter)[0] == _ar[text]
+
+
+SHIPPED_PROMPTS = ("Explain what a binary search does.", "Give me two tips for sleeping well.")
+_ar: dict[str, list[int]] = {}      # the ar reference, decoded once per prompt

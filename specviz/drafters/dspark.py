@@ -110,9 +110,9 @@ class DSparkDrafter(ContextCache):
 
 def build_dspark(target, settings: DSparkSettings) -> DSparkDrafter:
     tensors, cfg = weights.load(ID, target.fingerprint)
-    model = DSparkModel(LayerShape.of(target, ffn=cfg["ffn"]), tensors["vocab"], target.vocab,
-                        block=cfg["block"], n_layers=cfg["layers"], rank=cfg["rank"],
-                        taps=tuple(cfg["taps"]))
+    model = DSparkModel(LayerShape.of(target, ffn=cfg["ffn"]), tensors["backbone.vocab"],
+                        target.vocab, block=cfg["block"], n_layers=cfg["layers"],
+                        rank=cfg["rank"], taps=tuple(cfg["taps"]))
     model.load_state_dict(tensors)
     if settings.block_size > model.block:
         raise DrafterUnavailable(f"dspark was trained with blocks of {model.block}; "
