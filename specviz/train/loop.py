@@ -240,6 +240,6 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 Reproduce: `python -m specviz train --build-data --n-seqs {int(meta['sequences']) - chunks} \
 --stdlib-chunks {chunks}` then
 `python -m specviz train --drafter {cfg.drafter_id} --minutes {cfg.minutes} --steps {cfg.steps} \\
---batch-size {cfg.batch_size} --seq-len {cfg.seq_len} --lr {cfg.lr}`.
+--batch-size {cfg.batch_size} --seq-len {cfg.seq_len} --lr {cfg.lr} --warmup {cfg.warmup}`.
 """
     weights.write_card(cfg.drafter_id, card)
