@@ -70,10 +70,16 @@ def pick_strategy(page, strategy: str) -> None:
     page.get_by_role("option", name=re.compile(rf"^{re.escape(strategy)} — ")).click()
 
 
+def open_settings(page) -> None:
+    if not page.locator("#pg-max-new input").is_visible():
+        page.get_by_text("generation settings", exact=True).click()
+
+
 def run_playground(page, prompt: str, max_new: int, strategy: str | None = None) -> dict:
     """Press Run and wait for the run to end; return the browser-side timing of its updates."""
     if strategy:
         pick_strategy(page, strategy)
+    open_settings(page)
     page.locator("#pg-prompt textarea").fill(prompt)
     page.locator("#pg-max-new input").fill(str(max_new))
     t0 = page.evaluate(WATCH)
@@ -92,7 +98,6 @@ def run_playground(page, prompt: str, max_new: int, strategy: str | None = None)
 
 
 def test_playground_ngram_shows_tree_and_metrics(page):
-    page.get_by_text("generation settings", exact=True).click()
     first = run_playground(page, "Here is a list: red, green, blue, cyan. Repeat the list.", 24)
     assert page.locator("#pg-tree .js-plotly-plot").count() == 1
     assert page.locator("#pg-metrics .sv-card").count() == 4
@@ -133,7 +138,24 @@ def test_script_prompt_shows_literally_and_bad_input_message(page):
     page.get_by_role("option", name=re.compile(r"^ngram — ")).click()
 
 
+@pytest.mark.parametrize("strategy, marker", [("eagle2", "#pg-tree:has-text('EAGLE-2')"),
+                                               ("dspark", "#pg-confidence:has-text('threshold')")])
+def test_learned_strategy_in_playground(page, strategy, marker):
+    page.locator("#pg-strategy input").click()
+    option = page.get_by_role("option", name=re.compile(rf"^{strategy} — "))
+    unavailable = "unavailable" in option.inner_text()
+    option.click()
+    if unavailable:
+        pytest.skip(f"{strategy} weights are not in assets/")
+    run_playground(page, "In two sentences, why is the sky blue?", 12)
+    assert "finished" in page.inner_text("#pg-metrics")
+    page.wait_for_selector(marker)
+    shot(page, f"playground-{strategy}")
+    pick_strategy(page, "ngram")
+
+
 def test_stop_cancels_the_run(page):
+    open_settings(page)
     page.locator("#pg-prompt textarea").fill("Write a long story about a cat and a violin.")
     page.locator("#pg-max-new input").fill("256")
     page.click("#pg-run")
@@ -158,8 +180,8 @@ def test_compare_two_strategies(page):
     page.wait_for_function("document.querySelector('#cmp-table').innerText.includes('ngram')",
                            timeout=120_000)
     cells = page.inner_text("#cmp-table")
-    assert "ar" in cells and "ngram" in cells
-    assert page.locator("#cmp-chart .js-plotly-plot").count() == 1
+    assert "ar" in cells and "ngram" in cells and "eagle1" not in cells
+    page.wait_for_selector("#cmp-chart .js-plotly-plot")     # drawn just after the table
     shot(page, "compare")
 
 
@@ -229,7 +251,7 @@ def test_four_simultaneous_sessions(browser, app_url, tmp_path):
     pages = [open_page(browser, app_url, context=True, width=1000, height=900) for _ in SESSIONS]
     prompts = [f"Repeat exactly, once: {words}." for _, _, words in SESSIONS]
     for pg, (strategy, n, _), prompt in zip(pages, SESSIONS, prompts):
-        pg.get_by_text("generation settings", exact=True).click()
+        open_settings(pg)
         pick_strategy(pg, strategy)
         pg.locator("#pg-prompt textarea").fill(prompt)
         pg.locator("#pg-max-new input").fill(str(n))

@@ -123,6 +123,15 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
                 run_btn = gr.Button("Run", variant="primary", elem_id="pg-run")
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="pg-stop")
                 trace_file = gr.File(label="trace (JSONL)", elem_id="pg-trace", height=60)
+            chat = gr.Checkbox(True, label="chat template")
+            with gr.Accordion("generation settings", open=False, elem_id="pg-settings-acc"):
+                with gr.Row():
+                    max_new = gr.Number(128, label="max new tokens", precision=0,
+                                        elem_id="pg-max-new")
+                    temperature = gr.Number(0.0, label="temperature (0 = greedy)",
+                                            elem_id="pg-temperature")
+                    top_p = gr.Number(1.0, label="top-p")
+                    seed = gr.Number(0, label="seed", precision=0)
         with gr.Column(scale=1):
             strategy = gr.Dropdown(strategy_choices(unavailable), value="ngram", label="strategy",
                                    elem_id="pg-strategy")
@@ -132,14 +141,6 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
                                     type="array", label="ngram settings (edit the values)",
                                     column_widths=["30%", "18%", "52%"], wrap=True,
                                     elem_id="pg-settings")
-            chat = gr.Checkbox(True, label="chat template")
-            with gr.Accordion("generation settings", open=False, elem_id="pg-settings-acc"):
-                max_new = gr.Number(128, label="max new tokens", precision=0,
-                                    elem_id="pg-max-new")
-                temperature = gr.Number(0.0, label="temperature (0 = greedy)",
-                                        elem_id="pg-temperature")
-                top_p = gr.Number(1.0, label="top-p")
-                seed = gr.Number(0, label="seed", precision=0)
     message = gr.HTML(elem_id="pg-message")
     v = views.layout("pg")
     events_state = gr.State([])
