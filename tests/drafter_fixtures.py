@@ -12,7 +12,7 @@ from specviz.train import data as D
 @pytest.fixture(scope="session")
 def tiny_data(tiny_target, tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny-data")
-    responses = D.generate_responses(tiny_target, 40, out_dir=out, batch=20, max_new_tokens=40,
+    responses = D.generate_responses(tiny_target, 24, out_dir=out, batch=24, max_new_tokens=32,
                                      stdlib_chunks=2)
     path = D.build_features(tiny_target, responses, out / "data.safetensors")
     return path

@@ -28,7 +28,8 @@ def test_data_file_layout(tiny_target, tiny_data):
     d = D.TrainData(tiny_data, taps=D.taps_for(tiny_target.n_layers))
     n = d.n_tokens
     assert d.starts[-1] == n and d.loss_mask.shape == (n,) and d.topk_ids.shape == (n, D.TOPK)
-    assert all(h.shape == (n, tiny_target.hidden) and h.dtype == torch.float16 for h in d.h.values())
+    assert all(h.shape == (n, tiny_target.hidden) and h.dtype == torch.float16
+               for h in d.h.values())
     assert d.heldout_ids and d.train_ids and not set(d.heldout_ids) & set(d.train_ids)
     assert d.fingerprint == tiny_target.fingerprint
     b = d.batch(np.random.default_rng(0), 3, 16)
@@ -47,7 +48,8 @@ def test_loss_goes_down_and_checkpoint_resumes(tiny_target, tiny_data, tmp_path)
     cfg = TrainConfig("eagle3", steps=24, batch_size=4, seq_len=32, lr=3e-3, warmup=2,
                       eval_every=12, eval_batches=1, out_dir=str(tmp_path), ship=False)
     out = train(tr, data, cfg)
-    losses = [json.loads(x)["loss"] for x in (tmp_path / "eagle3" / "log.jsonl").read_text().splitlines()]
+    log = (tmp_path / "eagle3" / "log.jsonl").read_text().splitlines()
+    losses = [json.loads(x)["loss"] for x in log]
     assert np.mean(losses[-4:]) < np.mean(losses[:4])
     assert out["step"] == 24 and 1.0 <= out["final_eval"]["tau"] <= 4.0
 
