@@ -84,27 +84,14 @@ class Eagle2Settings:
             raise ValueError("eagle2 needs top_k in 1..16, depth in 1..12, total_tokens in 2..128")
 
 
-class EagleDrafter:
+class EagleDrafter(fh.HeadDrafter):
     """EAGLE-1 (settings None: the static tree) or EAGLE-2 (dynamic tree) over one head."""
-
-    def __init__(self, head, settings: "Eagle2Settings | None"):
-        self.head, self.settings = head, settings
-        self.taps = head.taps
-
-    def start(self, prompt_ids, feats):
-        return fh.start(prompt_ids, feats)
 
     def draft(self, state, root: int, sp: SamplingParams, generator) -> DraftTree:
         s = self.settings
         if s is None:
             return fh.static_tree(self.head, state, root, STATIC_TREE)
         return fh.dynamic_tree(self.head, state, root, s.top_k, s.depth, s.total_tokens)
-
-    def commit(self, state, tokens, feats) -> None:
-        fh.commit(state, tokens, feats)
-
-    def cache_len(self, state) -> int:
-        return state.cached
 
 
 def build_eagle1(target, settings: None) -> EagleDrafter:

@@ -84,25 +84,12 @@ class Eagle3Settings:
                              "gamma 1..16")
 
 
-class Eagle3Drafter:
-    def __init__(self, head: Eagle3Head, settings: Eagle3Settings):
-        self.head, self.settings = head, settings
-        self.taps = head.taps
-
-    def start(self, prompt_ids, feats):
-        return fh.start(prompt_ids, feats)
-
+class Eagle3Drafter(fh.HeadDrafter):
     def draft(self, state, root: int, sp: SamplingParams, generator) -> DraftTree:
         s = self.settings
         if s.mode == "chain":
             return fh.chain(self.head, state, root, s.gamma, sp, generator)
         return fh.dynamic_tree(self.head, state, root, s.top_k, s.depth, s.total_tokens)
-
-    def commit(self, state, tokens, feats) -> None:
-        fh.commit(state, tokens, feats)
-
-    def cache_len(self, state) -> int:
-        return state.cached
 
 
 def build(target, settings: Eagle3Settings) -> Eagle3Drafter:
@@ -110,30 +97,9 @@ def build(target, settings: Eagle3Settings) -> Eagle3Drafter:
 
 
 # --- training ---------------------------------------------------------------------------------
-class Eagle3Trainable:
+class Eagle3Trainable(fh.UnrolledTrainable):
     def __init__(self, head: Eagle3Head, steps: int = 4, decay: float = 0.8):
-        self.module, self.steps, self.decay = head, steps, decay
-        self.taps = head.taps
-        self.t2d = fh.t2d_table(head.vocab_ids, head.vocab)
-
-    def loss(self, batch, generator):
-        t2d = self.t2d.to(batch["tokens"].device)
-        total, stats = 0.0, {}
-        for j, (_, logits) in enumerate(fh.unroll(self.module, batch, self.steps)):
-            ce, w = fh.soft_ce(logits, batch, t2d, 1 + j)
-            ce = (ce * w).sum() / w.sum().clamp(min=1)
-            total = total + self.decay ** j * ce
-            stats[f"ce{j}"] = ce.detach()
-        return total, stats
-
-    def evaluate(self, batch):
-        steps = fh.unroll(self.module, batch, self.steps)
-        return fh.hits([lg for _, lg in steps], batch, self.t2d.to(batch["tokens"].device))
-
-    def export(self):
-        tensors = dict(self.module.state_dict())
-        tensors["vocab_ids"] = self.module.vocab_ids.to(torch.int32)
-        return tensors, {"draft_vocab": len(self.module.vocab_ids), "taps": list(self.taps)}
+        super().__init__(head, steps, decay)
 
     def describe(self) -> str:
         return (f"EAGLE-3 head: fc Linear(3d -> d) on target hidden_states {list(self.taps)}; one "

@@ -32,13 +32,23 @@ class HeadState:
     cached: int = 0                                     # head entries in kv
 
 
-def start(prompt_ids: list[int], feats: dict[int, torch.Tensor]) -> HeadState:
-    return HeadState(list(prompt_ids[:-1]), [feats] if feats else [])
+class HeadDrafter:
+    """The Drafter plumbing every feature head shares: per-request HeadState, cheap commits
+    (features queue up; the head catches up lazily in `draft`). Subclasses write `draft`."""
 
+    def __init__(self, head, settings):
+        self.head, self.settings = head, settings
+        self.taps = head.taps
 
-def commit(state: HeadState, tokens: list[int], feats: dict[int, torch.Tensor]) -> None:
-    state.tokens.extend(tokens)
-    state.pending.append(feats)
+    def start(self, prompt_ids: list[int], feats: dict[int, torch.Tensor]) -> HeadState:
+        return HeadState(list(prompt_ids[:-1]), [feats] if feats else [])
+
+    def commit(self, state: HeadState, tokens: list[int], feats: dict[int, torch.Tensor]) -> None:
+        state.tokens.extend(tokens)
+        state.pending.append(feats)
+
+    def cache_len(self, state: HeadState) -> int:
+        return state.cached
 
 
 def cat_kv(a, b):
@@ -295,3 +305,36 @@ def t2d_table(vocab_ids: torch.Tensor, vocab: int) -> torch.Tensor:
     t = torch.full((vocab,), -1, dtype=torch.long, device=vocab_ids.device)
     t[vocab_ids] = torch.arange(len(vocab_ids), device=vocab_ids.device)
     return t
+
+
+class UnrolledTrainable:
+    """Training shared by EAGLE-3 and P-EAGLE: unroll `steps` drafter steps (training-time test;
+    P-EAGLE's steps are its parallel positions) with loss sum_j decay^j * soft CE against the
+    target's distribution j + 1 tokens ahead. Subclasses may change `unrolled` and `describe`."""
+
+    def __init__(self, head, steps: int, decay: float = 0.8):
+        self.module, self.steps, self.decay = head, steps, decay
+        self.taps = head.taps
+        self.t2d = t2d_table(head.vocab_ids, head.vocab)
+
+    def unrolled(self, batch):
+        return unroll(self.module, batch, self.steps)
+
+    def loss(self, batch, generator):
+        t2d = self.t2d.to(batch["tokens"].device)
+        total, stats = 0.0, {}
+        for j, (_, logits) in enumerate(self.unrolled(batch)):
+            ce, w = soft_ce(logits, batch, t2d, 1 + j)
+            ce = (ce * w).sum() / w.sum().clamp(min=1)
+            total = total + self.decay ** j * ce
+            stats[f"ce{j}"] = ce.detach()
+        return total, stats
+
+    def evaluate(self, batch):
+        return hits([lg for _, lg in self.unrolled(batch)], batch,
+                    self.t2d.to(batch["tokens"].device))
+
+    def export(self, **config):
+        tensors = dict(self.module.state_dict())
+        tensors["vocab_ids"] = self.module.vocab_ids.to(torch.int32)
+        return tensors, {"draft_vocab": len(self.module.vocab_ids), "taps": list(self.taps)} | config

@@ -85,14 +85,7 @@ class PEagleSettings:
             raise ValueError("peagle k must be in 1..8 (trained for 4)")
 
 
-class PEagleDrafter:
-    def __init__(self, head: PEagleHead, settings: PEagleSettings):
-        self.head, self.settings = head, settings
-        self.taps = head.taps
-
-    def start(self, prompt_ids, feats):
-        return fh.start(prompt_ids, feats)
-
+class PEagleDrafter(fh.HeadDrafter):
     @torch.no_grad()
     def draft(self, state, root: int, sp: SamplingParams, generator) -> DraftTree:
         head, K = self.head, self.settings.k
@@ -115,47 +108,22 @@ class PEagleDrafter:
                                q_rows=None if greedy else qrows, confidence=confs,
                                note=f"P-EAGLE: {K} tokens from one forward")
 
-    def commit(self, state, tokens, feats) -> None:
-        fh.commit(state, tokens, feats)
-
-    def cache_len(self, state) -> int:
-        return state.cached
-
 
 def build(target, settings: PEagleSettings) -> PEagleDrafter:
     return PEagleDrafter(load_head(target), settings)
 
 
 # --- training ---------------------------------------------------------------------------------
-class PEagleTrainable:
+class PEagleTrainable(fh.UnrolledTrainable):
     def __init__(self, head: PEagleHead, k: int = 4, decay: float = 0.8):
-        self.module, self.k, self.decay = head, k, decay
-        self.taps = head.taps
-        self.t2d = fh.t2d_table(head.vocab_ids, head.vocab)
+        super().__init__(head, k, decay)
 
-    def _steps(self, batch):
-        return fh.unroll(self.module, batch, self.k,
+    def unrolled(self, batch):
+        return fh.unroll(self.module, batch, self.steps,
                          inputs=lambda j, prev: self.module.mask_inputs(prev.shape))
 
-    def loss(self, batch, generator):
-        t2d = self.t2d.to(batch["tokens"].device)
-        total, stats = 0.0, {}
-        for j, (_, logits) in enumerate(self._steps(batch)):
-            ce, w = fh.soft_ce(logits, batch, t2d, 1 + j)
-            ce = (ce * w).sum() / w.sum().clamp(min=1)
-            total = total + self.decay ** j * ce
-            stats[f"ce{j}"] = ce.detach()
-        return total, stats
-
-    def evaluate(self, batch):
-        return fh.hits([lg for _, lg in self._steps(batch)], batch,
-                       self.t2d.to(batch["tokens"].device))
-
     def export(self):
-        tensors = dict(self.module.state_dict())
-        tensors["vocab_ids"] = self.module.vocab_ids.to(torch.int32)
-        return tensors, {"draft_vocab": len(self.module.vocab_ids), "taps": list(self.taps),
-                         "layers": self.module.n_layers, "ffn": self.module.ffn, "k": self.k}
+        return super().export(layers=self.module.n_layers, ffn=self.module.ffn, k=self.steps)
 
     def describe(self) -> str:
         m = self.module
@@ -163,7 +131,7 @@ class PEagleTrainable:
                 f"fc_in Linear(2d -> d) on cat(emb, g), {m.n_layers} Llama decoder layers (MLP "
                 f"{m.ffn}), learned shared hidden state and mask-token embedding for the parallel "
                 f"positions; RMSNorm + the target's frozen LM-head rows of a "
-                f"{len(m.vocab_ids)}-token draft vocabulary. One forward proposes K = {self.k} "
+                f"{len(m.vocab_ids)}-token draft vocabulary. One forward proposes K = {self.steps} "
                 "tokens; loss sum 0.8^k soft CE over the K positions.")
 
 
