@@ -61,7 +61,9 @@ ID = "dspark"
 @dataclass(frozen=True)
 class DSparkSettings:
     block_size: int = 16       # block inputs = drafts (at most the trained block, 16)
-    threshold: float = 0.5     # cut the chain at the first prefix survival a_k below this
+    # cut the chain at the first prefix survival a_k below this; 0.2 because the shipped
+    # (CPU-scale) confidence head keeps a_1 at or below ~0.4, so 0.5 would never draft
+    threshold: float = 0.2
     markov: bool = True        # ablation switch: backbone logits alone when False
     window: int = 0            # attend to only the last W context positions (0 = all)
 
