@@ -157,10 +157,10 @@ def step(target: Target, drafter: Drafter | None, req: Request, sp: SamplingPara
     t = time.perf_counter()
     out = target.forward(tree.tokens, req.cache, parents=tree.parents if len(tree) > 1 else None,
                          taps=drafter.taps if drafter else ())
-    p_rows = probs(out.logits, sp)
+    p_rows = out.logits if sp.greedy else probs(out.logits, sp)  # greedy needs argmax only
     verdict = verify(tree, p_rows, sp, req.generator)
     verify_s = time.perf_counter() - t
-    shown = torch.softmax(out.logits, -1) if sp.greedy else p_rows
+    shown = torch.softmax(out.logits, -1) if sp.greedy and len(tree) > 1 else p_rows
     argmax = out.logits.argmax(-1).tolist()
     par = tree.parents
     yield ev.Verified(

@@ -38,7 +38,8 @@ def verify(tree: DraftTree, p_rows: torch.Tensor, sp: SamplingParams,
     """Walk the tree from the root with the target's distributions.
 
     p_rows: [n_nodes, V] target probabilities (already transformed); row i is the target's
-    distribution for the token that follows node i.
+    distribution for the token that follows node i. Greedy only takes each row's argmax, so
+    raw logits serve as well there.
     """
     kids = children(tree.parents)
     draws: list[float | None] = [None] * len(tree)

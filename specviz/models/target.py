@@ -40,6 +40,7 @@ class Target:
         self.dtype = next(model.parameters()).dtype
         params = inspect.signature(model.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._pieces: dict[int, str] = {}
         eos = tokenizer.eos_token_id
         self.eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -86,7 +87,10 @@ class Target:
         return self.tokenizer.encode(prompt)
 
     def piece(self, token: int) -> str:
-        return self.tokenizer.decode([token])
+        # events name every token they carry: decode each id once per process
+        if token not in self._pieces:
+            self._pieces[token] = self.tokenizer.decode([token])
+        return self._pieces[token]
 
     def pieces(self, tokens: list[int]) -> list[str]:
         return [self.piece(t) for t in tokens]
