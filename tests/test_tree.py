@@ -5,10 +5,13 @@ the additive 4D mask handed to the target, DraftTree validation and truncation.
 """
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
-from specviz.drafters.ngram import trie
+from specviz.drafters.ngram import NgramDrafter, NgramSettings, trie
+from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import (DraftTree, additive_mask, ancestor_mask, children, depths,
                                  paths)
 
@@ -157,3 +160,17 @@ def test_trie_budget_counts_draft_nodes():
     assert got == {(1, 2, 3, 4), (1, 7)}
     assert trie(0, [(1, 2, 3)], budget=0).tokens == [0]
     assert trie(0, [(1, 2), (1, 2)], budget=8).tokens == [0, 1, 2]
+
+
+def test_ngram_store_carries_tokens_across_requests():
+    """A finished request's prompt and output join the store when the next request starts,
+    even after its state is gone."""
+    d = NgramDrafter(NgramSettings(min_expected=0.0))
+    first = d.start([1, 2, 3, 4, 5, 6, 7], {})
+    d.commit(first, [7, 8, 9], {})        # root 7 and accepted 8, 9 entered the target cache
+    del first
+    gc.collect()
+    second = d.start([40, 41, 5, 6], {})  # root 6 after "5": only the store knows what follows
+    tree = d.draft(second, 6, SamplingParams(), None)
+    assert tree.tokens == [6, 7, 8, 9] and tree.parents == [-1, 0, 1, 2]
+    assert not tree.fallback

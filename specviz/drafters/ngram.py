@@ -16,7 +16,6 @@ stop at a special token (chat-template markers are never worth drafting across).
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -76,7 +75,7 @@ class NgramDrafter:
         self.store: dict[tuple[int, ...], Counter] = {}
         self.store_limit = store_limit
         self._lock = threading.Lock()
-        self._pending: list[weakref.ref] = []
+        self._pending: list[list[int]] = []   # token lists of requests not yet folded
 
     # --- the cross-request store -----------------------------------------------------------
     def _fold(self, tokens: list[int]) -> None:
@@ -94,11 +93,9 @@ class NgramDrafter:
         state = NgramState(list(prompt_ids[:-1]))
         state.add(0)
         with self._lock:  # earlier requests join the store when a new one starts
-            for ref in self._pending:
-                old = ref()
-                if old is not None:
-                    self._fold(old.tokens)
-            self._pending = [weakref.ref(state)]
+            for tokens in self._pending:
+                self._fold(tokens)
+            self._pending = [state.tokens]  # a live list: folded as it stands at the next start
         return state
 
     # --- drafting ----------------------------------------------------------------------------
