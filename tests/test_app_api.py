@@ -27,8 +27,9 @@ def test_speculate_contract(client):
 
 
 def test_speculate_stream_yields_several_updates(client):
-    job = client.submit("Count from one to twenty in words.", "ar", 48, 0.0, 0,
-                        api_name="/speculate_stream")
+    # long enough (about 6 s of decoding on a quiet 2-core CPU) for several 0.25 s updates
+    job = client.submit("Write a long story about a dragon who learns to bake bread.", "ar", 96,
+                        0.0, 0, api_name="/speculate_stream")
     job.result()
     outs = job.outputs()
     assert len(outs) >= 3

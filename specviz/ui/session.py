@@ -103,8 +103,10 @@ def stream(target, req: Request, cancel: threading.Event,
             events.append(item)
             now = time.perf_counter()
             first = isinstance(item, KVUpdated) and item.step == 1
+            # at most every `every_s` at a step boundary (not only when the queue is empty: a
+            # fast drafter's next step is usually queued already, which starved the updates)
             if isinstance(item, RunFinished) or first or (
-                    isinstance(item, KVUpdated) and now - last >= every_s and q.empty()):
+                    isinstance(item, KVUpdated) and now - last >= every_s):
                 last = now
                 yield list(events)
     finally:
