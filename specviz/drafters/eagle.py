@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from specviz.drafters import feature_heads as fh
-from specviz.drafters import weights
 from specviz.drafters.layers import DecoderLayer, LayerShape
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
@@ -67,10 +66,7 @@ class Eagle1Head(FrozenTargetParts):
 
 
 def load_head(target) -> Eagle1Head:
-    tensors, cfg = weights.load(ID, target.fingerprint)
-    head = Eagle1Head(target, tensors.pop("vocab_ids"))
-    head.load_state_dict(tensors)
-    return head.to(target.device).eval()
+    return fh.load_head(ID, target, lambda target, vocab_ids, cfg: Eagle1Head(target, vocab_ids))
 
 
 @dataclass(frozen=True)

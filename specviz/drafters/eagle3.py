@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from specviz.drafters import feature_heads as fh
-from specviz.drafters import weights
 from specviz.drafters.eagle import DRAFT_VOCAB, FrozenTargetParts
 from specviz.drafters.layers import DecoderLayer, LayerShape
 from specviz.engine.sampling import SamplingParams
@@ -61,10 +60,7 @@ class Eagle3Head(FrozenTargetParts):
 
 
 def load_head(target) -> Eagle3Head:
-    tensors, cfg = weights.load(ID, target.fingerprint)
-    head = Eagle3Head(target, tensors.pop("vocab_ids"))
-    head.load_state_dict(tensors)
-    return head.to(target.device).eval()
+    return fh.load_head(ID, target, lambda target, vocab_ids, cfg: Eagle3Head(target, vocab_ids))
 
 
 @dataclass(frozen=True)

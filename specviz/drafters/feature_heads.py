@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from specviz.drafters import weights
 from specviz.engine.sampling import SamplingParams, draw
 from specviz.engine.tree import DraftTree
 
@@ -30,6 +31,15 @@ class HeadState:
     pending: list[dict[int, torch.Tensor]]              # target feats of tokens[cached:]
     kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
     cached: int = 0                                     # head entries in kv
+
+
+def load_head(drafter_id: str, target, make):
+    """A shipped feature head: `make(target, vocab_ids, config)` builds the module, then its
+    weights load (fingerprint-checked by `weights.load`), on the target's device, in eval mode."""
+    tensors, cfg = weights.load(drafter_id, target.fingerprint)
+    head = make(target, tensors.pop("vocab_ids"), cfg)
+    head.load_state_dict(tensors)
+    return head.to(target.device).eval()
 
 
 class HeadDrafter:

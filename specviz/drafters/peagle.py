@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from specviz.drafters import feature_heads as fh
-from specviz.drafters import weights
 from specviz.drafters.eagle import DRAFT_VOCAB, FrozenTargetParts
 from specviz.drafters.eagle3 import eagle3_taps
 from specviz.drafters.layers import DecoderLayer, LayerShape
@@ -70,10 +69,7 @@ class PEagleHead(FrozenTargetParts):
 
 
 def load_head(target) -> PEagleHead:
-    tensors, cfg = weights.load(ID, target.fingerprint)
-    head = PEagleHead(target, tensors.pop("vocab_ids"), cfg["layers"], cfg["ffn"])
-    head.load_state_dict(tensors)
-    return head.to(target.device).eval()
+    return fh.load_head(ID, target, lambda target, vocab_ids, cfg: PEagleHead(target, vocab_ids, cfg["layers"], cfg["ffn"]))
 
 
 @dataclass(frozen=True)
