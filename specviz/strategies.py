@@ -55,7 +55,8 @@ REGISTRY: dict[str, StrategySpec] = {s.id: s for s in [
                         "passage, code edits); gains little on open-ended chat."),
     StrategySpec("draft", "Draft model",
                  "A separate 2-layer Llama with the target's tokenizer, embedding and LM head, "
-                 "distilled from the target; drafts a chain of gamma tokens with its own KV cache.",
+                 "distilled from the target; drafts a chain of up to gamma tokens with its own KV "
+                 "cache, stopping early after a token it is unsure of.",
                  DraftSettings, build_draft,
                  caveat="Trained at reduced scale on CPU (see assets/draft.md)."),
     StrategySpec("eagle1", "EAGLE-1 (static tree)",

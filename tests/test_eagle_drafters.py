@@ -42,7 +42,9 @@ def drafters(heads):
         "eagle3": Eagle3Drafter(heads["eagle3"], Eagle3Settings(top_k=3, depth=5, total_tokens=10)),
         "eagle3-chain": Eagle3Drafter(heads["eagle3"], Eagle3Settings(mode="chain", gamma=4)),
         "peagle": PEagleDrafter(heads["peagle"], PEagleSettings(k=4)),
-        "draft": DraftLMDrafter(heads["draft"], DraftSettings(gamma=4)),
+        "draft": DraftLMDrafter(heads["draft"], DraftSettings(gamma=4, min_confidence=0.0)),
+        # a random tiny draft is never 99% sure: the chain stops after its first token
+        "draft-stop": DraftLMDrafter(heads["draft"], DraftSettings(gamma=4, min_confidence=0.99)),
     }
 
 
@@ -70,18 +72,20 @@ def test_draft_tree_shapes(tiny_target, heads):
     sp = SamplingParams()
     d = drafters(heads)
     expect = {"eagle1": len(STATIC_TREE) + 1, "eagle2": 12, "eagle3": 10, "eagle3-chain": 5,
-              "peagle": 5, "draft": 5}
+              "peagle": 5, "draft": 5, "draft-stop": 2}
     for name, drafter in d.items():
         state = drafter.start(ids, feats)
         tree = drafter.draft(state, ids[-1], sp, None)
         assert len(tree) == expect[name], name
         assert tree.tokens[0] == ids[-1]
+        assert ("stopped" in tree.note) == (name == "draft-stop")
         assert max(tree.depths) <= {"eagle2": 4, "eagle3": 5}.get(name, 6)
-        if name != "draft":   # draft entries are dropped: only committed positions stay cached
+        if not name.startswith("draft"):   # draft entries are dropped: only committed positions stay cached
             assert drafter.cache_len(state) == len(ids) - 1
 
 
-@pytest.mark.parametrize("name", ["eagle1", "eagle2", "eagle3", "eagle3-chain", "peagle", "draft"])
+@pytest.mark.parametrize("name", ["eagle1", "eagle2", "eagle3", "eagle3-chain", "peagle", "draft",
+                                  "draft-stop"])
 def test_greedy_equals_ar_tiny(tiny_target, heads, name):
     drafter = drafters(heads)[name]
     for prompt in PROMPTS:

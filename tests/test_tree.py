@@ -10,7 +10,7 @@ import gc
 import pytest
 import torch
 
-from specviz.drafters.ngram import NgramDrafter, NgramSettings, trie
+from specviz.drafters.ngram import CONTEXT, NgramDrafter, NgramSettings, depth_for, trie
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import (DraftTree, additive_mask, ancestor_mask, children, depths,
                                  paths)
@@ -174,3 +174,26 @@ def test_ngram_store_carries_tokens_across_requests():
     tree = d.draft(second, 6, SamplingParams(), None)
     assert tree.tokens == [6, 7, 8, 9] and tree.parents == [-1, 0, 1, 2]
     assert not tree.fallback
+
+
+def test_ngram_depth_follows_the_expected_run():
+    assert depth_for(0.7, 0.1, 8) == 3      # a = 0.41: a^3 < 0.1
+    assert depth_for(1.0, 0.1, 8) == 4      # a = 0.5
+    assert depth_for(4.0, 0.1, 8) == 8      # a = 0.8 wants 11: capped at max_draft
+    assert depth_for(0.0, 0.1, 8) == 1
+    depths = [depth_for(m / 4, 0.1, 16) for m in range(1, 40)]
+    assert depths == sorted(depths)
+
+
+def test_ngram_uses_the_match_kind_that_pays_off():
+    """The request's own context is trusted first; once its drafts keep failing, the store's
+    continuation (a different kind of match) takes over, drafted only as deep as it is trusted."""
+    d = NgramDrafter(NgramSettings(min_expected=0.0))
+    first = d.start([1, 2, 3, 4, 5, 6, 7], {})
+    d.commit(first, [7, 8, 9, 10, 11], {})
+    state = d.start([5, 6, 20, 21, 5, 6], {})     # "5 6" continues as 20 21 here, 7 8 in the store
+    tree = d.draft(state, 6, SamplingParams(), None)
+    assert tree.tokens[:2] == [6, 20] and "context" in tree.note
+    state.tries[(CONTEXT, 2)] += 3                # three context drafts, none accepted
+    tree = d.draft(state, 6, SamplingParams(), None)
+    assert tree.tokens == [6, 7, 8, 9] and "store" in tree.note   # depth 3 at expected 0.5

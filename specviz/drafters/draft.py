@@ -93,11 +93,14 @@ def load_draft_lm(target) -> LlamaForCausalLM:
 
 @dataclass(frozen=True)
 class DraftSettings:
-    gamma: int = 5
+    gamma: int = 6              # longest chain
+    min_confidence: float = 0.3  # stop the chain after a token the draft gives less than this
 
     def check(self) -> None:
         if not 1 <= self.gamma <= 16:
             raise ValueError("draft gamma must be in 1..16")
+        if not 0 <= self.min_confidence < 1:
+            raise ValueError("draft min_confidence must be in [0, 1)")
 
 
 @dataclass
@@ -123,15 +126,19 @@ class DraftLMDrafter:
         done = state.cache.get_seq_length()
         feed = state.tokens[done:] + [root]
         picks = []
-        for j in range(self.settings.gamma):
+        s = self.settings
+        while len(picks) < s.gamma:
             logits = self.model(torch.tensor([feed], device=dev), state.cache)[0, -1]
             picks.append(fh.pick(self, logits, sp, generator))
             feed = [picks[-1][0]]
+            if picks[-1][3] < s.min_confidence:   # the draft's own confidence, never the target's
+                break
         toks, qs, rows, confs = (list(x) for x in zip(*picks))
         greedy = sp.greedy
+        why = "" if len(picks) == s.gamma else f" (stopped: confidence < {s.min_confidence})"
         return DraftTree.chain(root, toks, q=None if greedy else qs,
                                q_rows=None if greedy else rows, confidence=confs,
-                               note=f"draft model, chain of {self.settings.gamma}")
+                               note=f"draft model, chain of {len(picks)}{why}")
 
     def commit(self, state: DraftState, tokens, feats) -> None:
         # tokens = root + accepted drafts: the cache already holds them (same tokens, same

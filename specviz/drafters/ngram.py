@@ -7,14 +7,21 @@ version gets a new, empty store). Several continuations become a token tree (top
 frequency, common prefixes merged), so tree verification is exercised by a real drafter.
 
 A match-quality gate keeps the loop honest on hardware where verifying several tokens costs
-more than one plain step: per match length n, a running mean of accepted drafts with a prior
-(longer matches are trusted more), computed from past steps only, so candidates never depend on
-this step's target output. Below `min_expected` the step falls back to a plain target step,
-marked `fallback` in its event; a gated n is re-probed every `reprobe` gated steps. Continuations
-stop at a special token (chat-template markers are never worth drafting across).
+more than one plain step. Each kind of match, (source, n) with source the request's own context
+or the cross-request store, keeps a running mean of the draft tokens it got accepted, with a
+prior (longer matches and the request's own context are trusted more). The state is updated from
+past steps only, so candidates never depend on this step's target output. A step uses the
+available kind with the best mean:
+- below `min_expected` the step falls back to a plain target step, marked `fallback` in its
+  event (a gated kind is re-probed every `reprobe` gated steps);
+- otherwise the tree depth follows the mean: reading it as a geometric acceptance run with
+  per-token rate a = m / (1 + m), drafting stops where a^depth < `tail` (a weak match drafts 2-3
+  tokens, a strong one up to `max_draft`), and the tree gets 1.5 x depth nodes at most.
+Continuations stop at a special token (chat-template markers are never worth drafting across).
 """
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -25,7 +32,10 @@ from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 
 NS = (3, 2, 1)
-PRIOR = {3: 2.0, 2: 1.0, 1: 0.5}   # expected accepted tokens before any evidence, per n
+CONTEXT, STORE = "context", "store"
+# expected accepted tokens before any evidence, per kind of match (source, n)
+PRIOR = {(CONTEXT, 3): 2.0, (CONTEXT, 2): 1.0, (CONTEXT, 1): 0.5,
+         (STORE, 3): 1.0, (STORE, 2): 0.5, (STORE, 1): 0.25}
 PRIOR_WEIGHT = 2.0                  # worth this many observed drafts
 
 
@@ -35,14 +45,15 @@ class NgramSettings:
     branches: int = 3         # distinct continuations merged into the tree
     budget: int = 12          # draft nodes at most (root excluded)
     min_expected: float = 0.7  # gate: expected accepted tokens per draft (0 disables)
-    reprobe: int = 12          # after this many gated steps at one n, draft once more
+    reprobe: int = 12          # after this many gated steps of one kind, draft once more
+    tail: float = 0.1          # depth: stop where the modelled run survival drops below this
     store: bool = True         # use the cross-request store
 
     def check(self) -> None:
         if not (1 <= self.max_draft <= 64 and 1 <= self.branches <= 16 and 1 <= self.budget <= 256):
             raise ValueError("ngram: max_draft must be in 1..64, branches in 1..16, budget in 1..256")
-        if not 0 <= self.min_expected <= 64 or self.reprobe < 1:
-            raise ValueError("ngram: min_expected must be in 0..64 and reprobe >= 1")
+        if not 0 <= self.min_expected <= 64 or self.reprobe < 1 or not 0 < self.tail < 1:
+            raise ValueError("ngram: min_expected must be in 0..64, reprobe >= 1, tail in (0, 1)")
 
 
 @dataclass
@@ -52,10 +63,10 @@ class NgramState:
     tries: Counter = field(default_factory=Counter)
     accepted: Counter = field(default_factory=Counter)
     gated: Counter = field(default_factory=Counter)
-    last_n: int = 0
+    last_kind: tuple[str, int] | None = None
 
-    def expected(self, n: int) -> float:
-        return (self.accepted[n] + PRIOR[n] * PRIOR_WEIGHT) / (self.tries[n] + PRIOR_WEIGHT)
+    def expected(self, kind: tuple[str, int]) -> float:
+        return (self.accepted[kind] + PRIOR[kind] * PRIOR_WEIGHT) / (self.tries[kind] + PRIOR_WEIGHT)
 
     def add(self, start: int) -> None:
         """Index every n-gram ending at positions >= start."""
@@ -99,21 +110,24 @@ class NgramDrafter:
         return state
 
     # --- drafting ----------------------------------------------------------------------------
-    def _candidates(self, state: NgramState, root: int) -> tuple[int, Counter]:
+    def _candidates(self, state: NgramState, root: int) -> dict[tuple[str, int], Counter]:
+        """Continuations of the last n tokens (n = 3..1), per kind of match (source, n)."""
         s, toks = self.settings, state.tokens + [root]
+        out: dict[tuple[str, int], Counter] = {}
         for n in NS:
             if len(toks) < n:
                 continue
             key = tuple(toks[-n:])
-            found: Counter = Counter()
-            for end in state.index.get(key, ()):
-                found[self._cut(toks[end + 1:end + 1 + s.max_draft])] += 1
+            own = Counter(self._cut(toks[end + 1:end + 1 + s.max_draft])
+                          for end in state.index.get(key, ()))
+            if own:
+                out[(CONTEXT, n)] = own
             if s.store:
                 with self._lock:
-                    found.update(self.store.get(key, Counter()))
-            if found:
-                return n, found
-        return 0, Counter()
+                    stored = self.store.get(key)
+                    if stored:
+                        out[(STORE, n)] = Counter(stored)
+        return out
 
     def _cut(self, cont: list[int]) -> tuple[int, ...]:
         """A continuation up to and including its first special token."""
@@ -125,36 +139,52 @@ class NgramDrafter:
     def draft(self, state: NgramState, root: int, sp: SamplingParams,
               generator: torch.Generator | None) -> DraftTree:
         s = self.settings
-        n, found = self._candidates(state, root)
-        state.last_n = 0
+        found = self._candidates(state, root)
+        state.last_kind = None
         if not found:
             return DraftTree.root_only(root, fallback=True, note="no n-gram match (n = 3..1)")
-        expected = state.expected(n)
+        kind = max(found, key=state.expected)          # ties: the first (longest, own context)
+        expected = state.expected(kind)
+        where = f"n={kind[1]} match in the {'context' if kind[0] == CONTEXT else 'store'}"
         if expected < s.min_expected:
-            state.gated[n] += 1
-            if state.gated[n] < s.reprobe:
+            state.gated[kind] += 1
+            if state.gated[kind] < s.reprobe:
                 return DraftTree.root_only(
                     root, fallback=True,
-                    note=f"n={n} match below quality gate ({expected:.2f} < {s.min_expected:.2f} "
+                    note=f"{where} below quality gate ({expected:.2f} < {s.min_expected:.2f} "
                          f"expected accepted tokens)")
-        state.gated[n] = 0
-        state.last_n = n
-        top = [c for c, _ in found.most_common(s.branches)]
-        tree = trie(root, top, s.budget)
-        tree.note = f"n={n} match, {len(top)} continuation(s), expected {expected:.2f} accepted"
+        state.gated[kind] = 0
+        state.last_kind = kind
+        depth = depth_for(expected, s.tail, s.max_draft)
+        cut: Counter = Counter()
+        for cont, count in found[kind].items():
+            cut[cont[:depth]] += count
+        top = [c for c, _ in cut.most_common(s.branches)]
+        tree = trie(root, top, min(s.budget, (3 * depth + 1) // 2))
+        tree.note = f"{where}, {len(top)} continuation(s), expected {expected:.2f} accepted"
         return tree
 
     def commit(self, state: NgramState, tokens: list[int], feats) -> None:
         # tokens = root + accepted nodes, as they entered the target cache
-        if state.last_n:
-            state.tries[state.last_n] += 1
-            state.accepted[state.last_n] += len(tokens) - 1
+        if state.last_kind:
+            state.tries[state.last_kind] += 1
+            state.accepted[state.last_kind] += len(tokens) - 1
         start = len(state.tokens)
         state.tokens.extend(tokens)
         state.add(start)
 
     def cache_len(self, state: NgramState) -> None:
         return None
+
+
+def depth_for(expected: float, tail: float, max_draft: int) -> int:
+    """Draft depth for a match kind whose drafts got `expected` tokens accepted on average:
+    with per-token acceptance a = m / (1 + m) (a geometric run of mean m), the smallest depth
+    with a^depth < tail, within 1..max_draft."""
+    if expected <= 0:
+        return 1
+    a = expected / (1.0 + expected)
+    return max(1, min(max_draft, math.ceil(math.log(tail) / math.log(a))))
 
 
 def trie(root: int, continuations: list[tuple[int, ...]], budget: int) -> DraftTree:

@@ -48,7 +48,9 @@ def strategy_choices(unavailable: dict[str, str | None]) -> list[tuple[str, str]
 # What each strategy setting does, by field name (the same name means the same knob in every
 # strategy's settings dataclass); valid ranges are checked by the dataclasses themselves.
 SETTING_HELP = {
-    "gamma": "γ: tokens drafted per step, as a chain",
+    "gamma": "γ: tokens drafted per step, as a chain (at most)",
+    "min_confidence": "stop the chain after a token the draft itself gives less probability "
+                      "than this (0 = always draft γ)",
     "k": "tokens proposed by ONE drafter forward",
     "mode": "tree (EAGLE-2 dynamic tree) or chain",
     "top_k": "tree: children expanded per node",
@@ -59,11 +61,13 @@ SETTING_HELP = {
                  "(0 = never cut)",
     "markov": "Markov head on (true) or the backbone alone (false, an ablation)",
     "window": "context positions the drafter attends to (0 = all)",
-    "max_draft": "tokens per matched continuation",
+    "max_draft": "tokens per matched continuation (at most: weak matches draft fewer)",
     "branches": "distinct continuations merged into the tree",
     "budget": "draft nodes at most",
     "min_expected": "skip drafting when fewer accepted tokens are expected (0 = always draft)",
-    "reprobe": "after this many skipped steps at one match length, draft once more",
+    "reprobe": "after this many skipped steps of one match kind, draft once more",
+    "tail": "draft depth: stop where the modelled chance the run is still accepted drops "
+            "below this",
     "store": "also match against earlier requests (cross-request store)",
 }
 
