@@ -25,16 +25,6 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
-def _overrides(pairs: list[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ValueError(f"--set takes KEY=VALUE, got {pair!r}")
-        k, v = pair.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
-
-
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=EMBEDDED, help="target: 'embedded' (default), a hub id or a folder")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -64,7 +54,9 @@ def parser() -> argparse.ArgumentParser:
     _common(g)
 
     b = sub.add_parser("bench", help="all strategies on all prompts, interleaved, in one process")
-    b.add_argument("--strategies", required=True, help="comma-separated strategy ids")
+    b.add_argument("--strategies", required=True, help="comma-separated strategy ids; a variant "
+                   "ID:KEY=VALUE[:KEY=VALUE] runs a strategy with settings (e.g. "
+                   "dspark:markov=false), reported under that name")
     b.add_argument("--prompts", required=True, help="JSONL prompt file")
     b.add_argument("--max-new-tokens", type=int, default=None)
     b.add_argument("--peers", action="store_true", help="add HF generate baselines")
@@ -93,7 +85,7 @@ def _load(a: argparse.Namespace):
 def cmd_generate(a: argparse.Namespace) -> None:
     from specviz import events, metrics, runner, strategies
     settings = _settings(a, a.max_new_tokens)
-    overrides = _overrides(a.set)
+    overrides = strategies.parse_pairs(a.set)
     strategies.parse_settings(a.strategy, overrides)  # unknown strategy / bad setting: fail before loading
     if not a.prompt.strip():
         raise BadRequest("the prompt is empty")
@@ -120,7 +112,7 @@ def cmd_bench(a: argparse.Namespace) -> None:
     if not ids:
         raise BadRequest("--strategies is empty")
     for sid in ids:
-        strategies.spec(sid)
+        strategies.parse_variant(sid)   # unknown strategy / bad setting: fail before loading
     if a.max_new_tokens is not None:
         _settings(a, a.max_new_tokens)
     settings = _settings(a, a.max_new_tokens or 1)

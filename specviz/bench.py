@@ -95,13 +95,13 @@ def _hf_runner(target: Target, name: str) -> Callable[[list[int], GenSettings], 
 
 def bench(target: Target, strategy_ids: list[str], prompts: list[Prompt], max_new_tokens: int | None,
           settings: GenSettings, peers: bool, log: Callable[[str], None] = lambda s: None) -> dict:
-    for sid in strategy_ids:
-        strategies.spec(sid)
     ids = ["ar"] + [s for s in strategy_ids if s != "ar"]
     runners: dict[str, Callable] = {}
-    for sid in ids:
-        strategies.drafter_for(target, sid)  # load weights (or fail) before any timing
-        runners[sid] = lambda p, s, sid=sid: _ours(target, sid, p, s)
+    for name in ids:
+        sid, overrides = strategies.parse_variant(name)
+        # load weights (or fail) before any timing
+        strategies.drafter_for(target, sid, strategies.parse_settings(sid, overrides))
+        runners[name] = lambda p, s, sid=sid, o=overrides: _ours(target, sid, p, s, o)
     skipped: dict[str, str] = {}
     if peers:
         for name in PEERS:
@@ -138,8 +138,9 @@ def bench(target: Target, strategy_ids: list[str], prompts: list[Prompt], max_ne
     return _report(rows, target, settings, max_new_tokens, skipped)
 
 
-def _ours(target: Target, sid: str, pids: list[int], s: GenSettings) -> tuple[list[int], float, int]:
-    res = runner.generate(target, sid, pids, s)
+def _ours(target: Target, sid: str, pids: list[int], s: GenSettings,
+          overrides: dict[str, str]) -> tuple[list[int], float, int]:
+    res = runner.generate(target, sid, pids, s, overrides)
     fin = res.finished
     return res.token_ids, fin.wall_s, fin.target_forwards
 

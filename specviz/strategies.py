@@ -118,6 +118,25 @@ def spec(strategy_id: str) -> StrategySpec:
     return REGISTRY[strategy_id]
 
 
+def parse_pairs(pairs: list[str]) -> dict[str, str]:
+    """["KEY=VALUE", ...] -> {KEY: VALUE} (strings; parse_settings converts them)."""
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ValueError(f"a strategy setting takes KEY=VALUE, got {pair!r}")
+        k, v = pair.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    """A bench variant "ID[:KEY=VALUE[:KEY=VALUE...]]" -> (strategy id, overrides); checked."""
+    sid, *pairs = (x.strip() for x in text.split(":"))
+    overrides = parse_pairs(pairs)
+    parse_settings(sid, overrides)
+    return sid, overrides
+
+
 def parse_settings(strategy_id: str, overrides: dict[str, Any] | None = None):
     """The strategy's settings dataclass with overrides (strings are converted by field type)."""
     sp = spec(strategy_id)

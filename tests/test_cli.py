@@ -87,12 +87,15 @@ def test_bench_json_contract(capsys, tmp_path):
 def test_bench_sampling_has_null_greedy_match(capsys, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "category": "chat", "prompt": "Hello"}) + "\n")
-    code, out, _ = run_cli(capsys, "bench", "--strategies", "ngram", "--prompts", str(prompts),
-                           "--max-new-tokens", "4", "--temperature", "1", "--threads", "2", "--json")
+    code, out, _ = run_cli(capsys, "bench", "--strategies", "ngram,ngram:max_draft=2:store=false",
+                           "--prompts", str(prompts), "--max-new-tokens", "4", "--temperature", "1",
+                           "--threads", "2", "--json")
     assert code == 0
     d = json.loads(out)
-    assert d["strategies"]["ngram"]["aggregate"]["greedy_match_rate"] is None
-    assert d["strategies"]["ngram"]["prompts"][0]["greedy_match"] is None
+    for name in ("ngram", "ngram:max_draft=2:store=false"):   # a variant runs under its own name
+        assert d["strategies"][name]["aggregate"]["greedy_match_rate"] is None
+        assert d["strategies"][name]["prompts"][0]["greedy_match"] is None
+        assert 1 <= d["strategies"][name]["prompts"][0]["new_tokens"] <= 4
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +124,8 @@ BAD = [
     (["generate", "--prompt", "hi", "--strategy", "ngram", "--set", "bogus=1"], "no setting"),
     (["generate", "--prompt", "hi", "--model", "/nonexistent/model/dir"], "cannot load model"),
     (["bench", "--strategies", "ar,nope", "--prompts", "x.jsonl"], "unknown strategy"),
+    (["bench", "--strategies", "ar,ngram:bogus=1", "--prompts", "x.jsonl"], "no setting"),
+    (["bench", "--strategies", "ngram:max_draft", "--prompts", "x.jsonl"], "KEY=VALUE"),
     (["bench", "--strategies", "ar", "--prompts", "/nonexistent.jsonl"], "cannot read prompt file"),
     (["replay", "/nonexistent/trace.jsonl"], "cannot read trace"),
 ]
