@@ -52,6 +52,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     p.add_argument("--no-ship", action="store_true", help="do not write assets/")
     p.add_argument("--note", default="", help="a paragraph for the model card")
+    p.add_argument("--layers", type=int, default=0,
+                   help="drafter decoder layers, block drafters only (0 = their default, 2)")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     return p
