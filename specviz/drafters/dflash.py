@@ -60,7 +60,10 @@ class BlockBackbone(nn.Module):
     def init_from_target(self, target) -> None:
         """Start from the target's last decoder layer (output projections zeroed: each layer starts
         as the identity), a damped copy of its final norm (small first logits rather than
-        confident wrong ones), and a MASK embedding at the mean token embedding."""
+        confident wrong ones), and a MASK embedding at the mean token embedding. The context norm
+        starts as that layer's input norm: its copied k/v projections expect inputs at that
+        scale (a unit-weight norm made context attention logits ~10x too large, a saturated
+        softmax that never learned to read the context)."""
         for layer in self.layers:
             copy_target_layer(layer, target.model.model.layers[-1])
         layers = target.model.model.layers
@@ -68,6 +71,7 @@ class BlockBackbone(nn.Module):
             for tap, norm in zip(self.taps, self.tap_norms):
                 src = layers[tap].input_layernorm if tap < len(layers) else target.final_norm
                 norm.weight.copy_(src.weight)
+            self.ctx_norm.weight.copy_(layers[-1].input_layernorm.weight)
             for layer in self.layers:
                 layer.o.weight.zero_()
                 layer.down.weight.zero_()
