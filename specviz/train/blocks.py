@@ -170,6 +170,9 @@ class BlockTrainable:
                 tok.append(prev)
             hits.append(torch.stack(tok, 1) == best)
             zs.append(torch.stack(z, 1))
+        if not hits:   # no anchor with a whole labelled block (a short sequence)
+            return torch.zeros(0, D, dtype=torch.bool), (
+                None if self.dspark is None else torch.zeros(0, D))
         return torch.cat(hits), (torch.cat(zs) if zs else None)
 
     def evaluate(self, batch: dict) -> torch.Tensor:

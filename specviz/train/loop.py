@@ -171,6 +171,7 @@ def train(trainable: Trainable, data: TrainData, cfg: TrainConfig, target=None) 
         return (cfg.steps and state["step"] >= cfg.steps) or \
             time.perf_counter() - t_start >= budget_s
 
+    stats = {"loss": state.get("final_loss")}     # a resumed run may have no step left
     while not done():
         step = state["step"]
         lr = lr_at(cfg, step, time.perf_counter() - t_start)
@@ -200,7 +201,7 @@ def train(trainable: Trainable, data: TrainData, cfg: TrainConfig, target=None) 
             save_checkpoint(cfg, params, opt, state)
     bar.close()
     state["final_eval"] = evaluate(trainable, data, cfg, dev)
-    state["final_loss"] = stats["loss"] if state["step"] else None
+    state["final_loss"] = stats["loss"]
     save_checkpoint(cfg, params, opt, state)
     if cfg.ship and target is not None:
         ship(trainable, data, cfg, state, target)
