@@ -69,6 +69,11 @@ def test_loss_goes_down_and_checkpoint_resumes(tiny_target, tiny_data, tmp_path)
     assert out["step"] == 30
     assert len((tmp_path / "eagle3" / "log.jsonl").read_text().splitlines()) == 30
 
+    # resuming a finished run trains no further and still finishes (evaluates, saves)
+    out = train(tr2, data, cfg)
+    assert out["step"] == 30
+    assert len((tmp_path / "eagle3" / "log.jsonl").read_text().splitlines()) == 30
+
 
 def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
     from specviz.drafters import eagle3
@@ -85,8 +90,3 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
     assert torch.equal(head.vocab_ids, tr.module.vocab_ids)
     with pytest.raises(Exception, match="another target"):
         weights.load("eagle3", "0" * 16)
-
-    # resuming a finished run trains no further and still finishes (evaluates, saves)
-    out = train(tr2, data, cfg)
-    assert out["step"] == 30
-    assert len((tmp_path / "eagle3" / "log.jsonl").read_text().splitlines()) == 30
