@@ -11,7 +11,9 @@ Strategies whose drafter is unavailable are skipped with the reason.
 
 The shipped traces come from `python -m demos.record` and
 `python -m demos.record --strategies dspark --set dspark:threshold=0.2 --sampled dspark=1`
-(at the default threshold 0.5 the CPU-trained dspark sends no draft at all).
+(the -threshold0.2 files, which the DSpark walkthrough names, date from before 0.2 became
+the default; `ngram-copy-list-sampled.jsonl` is kept from the previous ngram policy, whose
+sampled run the ngram walkthrough narrates).
 """
 from __future__ import annotations
 
