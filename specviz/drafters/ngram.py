@@ -110,24 +110,35 @@ class NgramDrafter:
         return state
 
     # --- drafting ----------------------------------------------------------------------------
-    def _candidates(self, state: NgramState, root: int) -> dict[tuple[str, int], Counter]:
-        """Continuations of the last n tokens (n = 3..1), per kind of match (source, n)."""
-        s, toks = self.settings, state.tokens + [root]
-        out: dict[tuple[str, int], Counter] = {}
+    def _kinds(self, state: NgramState, toks: list[int]) -> dict[tuple[str, int], tuple[int, ...]]:
+        """The kinds of match (source, n) available for the last n tokens (n = 3..1), each with
+        its key; continuations are gathered only for the kind a step uses."""
+        out: dict[tuple[str, int], tuple[int, ...]] = {}
         for n in NS:
             if len(toks) < n:
                 continue
             key = tuple(toks[-n:])
-            own = Counter(self._cut(toks[end + 1:end + 1 + s.max_draft])
-                          for end in state.index.get(key, ()))
-            if own:
-                out[(CONTEXT, n)] = own
-            if s.store:
+            if key in state.index:
+                out[(CONTEXT, n)] = key
+            if self.settings.store:
                 with self._lock:
-                    stored = self.store.get(key)
-                    if stored:
-                        out[(STORE, n)] = Counter(stored)
+                    if key in self.store:
+                        out[(STORE, n)] = key
         return out
+
+    def _continuations(self, state: NgramState, toks: list[int], kind: tuple[str, int],
+                       key: tuple[int, ...], depth: int) -> Counter:
+        """Continuations of `key` from the kind's source, cut to `depth`, with their counts."""
+        if kind[0] == CONTEXT:
+            conts = Counter(self._cut(toks[end + 1:end + 1 + self.settings.max_draft])
+                            for end in state.index[key])
+        else:
+            with self._lock:   # another request's start may fold into the store meanwhile
+                conts = Counter(self.store.get(key, ()))
+        cut: Counter = Counter()
+        for cont, count in conts.items():
+            cut[cont[:depth]] += count
+        return cut
 
     def _cut(self, cont: list[int]) -> tuple[int, ...]:
         """A continuation up to and including its first special token."""
@@ -139,13 +150,14 @@ class NgramDrafter:
     def draft(self, state: NgramState, root: int, sp: SamplingParams,
               generator: torch.Generator | None) -> DraftTree:
         s = self.settings
-        found = self._candidates(state, root)
+        toks = state.tokens + [root]
+        kinds = self._kinds(state, toks)
         state.last_kind = None
-        if not found:
+        if not kinds:
             return DraftTree.root_only(root, fallback=True, note="no n-gram match (n = 3..1)")
-        kind = max(found, key=state.expected)          # ties: the first (longest, own context)
+        kind = max(kinds, key=state.expected)          # ties: the first (longest, own context)
         expected = state.expected(kind)
-        where = f"n={kind[1]} match in the {'context' if kind[0] == CONTEXT else 'store'}"
+        where = f"n={kind[1]} match in the {kind[0]}"
         if expected < s.min_expected:
             state.gated[kind] += 1
             if state.gated[kind] < s.reprobe:
@@ -154,11 +166,11 @@ class NgramDrafter:
                     note=f"{where} below quality gate ({expected:.2f} < {s.min_expected:.2f} "
                          f"expected accepted tokens)")
         state.gated[kind] = 0
-        state.last_kind = kind
         depth = depth_for(expected, s.tail, s.max_draft)
-        cut: Counter = Counter()
-        for cont, count in found[kind].items():
-            cut[cont[:depth]] += count
+        cut = self._continuations(state, toks, kind, kinds[kind], depth)
+        if not cut:   # the store evicted the key since _kinds looked
+            return DraftTree.root_only(root, fallback=True, note=f"{where} evicted meanwhile")
+        state.last_kind = kind
         top = [c for c, _ in cut.most_common(s.branches)]
         tree = trie(root, top, min(s.budget, (3 * depth + 1) // 2))
         tree.note = f"{where}, {len(top)} continuation(s), expected {expected:.2f} accepted"
