@@ -158,3 +158,21 @@ def test_shipped_weights_greedy_equals_ar(target, sid, overrides):
 
 SHIPPED_PROMPTS = ("Explain what a binary search does.", "Give me two tips for sleeping well.")
 _ar: dict[str, list[int]] = {}      # the ar reference, decoded once per prompt
+
+
+def test_free_run_on_a_sequence_too_short_for_a_block(tiny_target):
+    """Calibration walks every held-out sequence; one shorter than a block yields no rows (it
+    crashed export once) rather than an error."""
+    from specviz.train.blocks import BlockTrainable
+    t = tiny_target
+    m = tiny_dspark(t)
+    tr = BlockTrainable(t, m.backbone, 8, off=0, gamma_w=7.0, dspark=m)
+    ids = t.encode("Hi")[:5]
+    feats = t.forward(ids, t.new_cache(), taps=TINY_TAPS).taps
+    batch = {"tokens": torch.tensor([ids]), "valid": torch.ones(1, len(ids)),
+             "loss_mask": torch.ones(1, len(ids))}
+    batch |= {f"h{k}": v[None] for k, v in feats.items()}
+    with torch.no_grad():
+        hits, z = tr.free_run(batch)
+    assert hits.shape == (0, 8) and hits.dtype == torch.bool
+    assert z.shape == (0, 8)
