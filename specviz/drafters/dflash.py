@@ -22,6 +22,7 @@ from specviz.drafters import weights
 from specviz.drafters.layers import DecoderLayer, DraftHead, LayerShape, copy_target_layer, vocab_lookup
 from specviz.engine.sampling import SamplingParams, draw
 from specviz.engine.tree import DraftTree
+from specviz.models.kernels import pack_linears
 
 TAPS = (2, 15, 28)   # round(1 + i (L-4)/2) for L = 30: outputs of decoder layers 1, 14, 27
 BLOCK_SIZES = (8, 16)  # shipped models: assets/dflash-b8, assets/dflash-b16
@@ -185,5 +186,5 @@ def build_dflash(target, settings: DFlashSettings) -> DFlashDrafter:
     bb = BlockBackbone(LayerShape.of(target, ffn=cfg["ffn"]), tensors["vocab"], target.vocab,
                        cfg["layers"], tuple(cfg["taps"]))
     bb.load_state_dict(tensors)
-    return DFlashDrafter(target, bb.to(target.device, target.dtype).eval(), settings.block_size,
+    return DFlashDrafter(target, pack_linears(bb.to(target.device, target.dtype).eval()), settings.block_size,
                          settings.window)

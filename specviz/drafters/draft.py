@@ -22,6 +22,7 @@ from specviz.drafters import weights
 from specviz.drafters.eagle import DRAFT_VOCAB
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
+from specviz.models.kernels import Prepacked, pack_linears
 
 ID = "draft"
 
@@ -53,6 +54,9 @@ class DraftModel(nn.Module):
         self.vocab = target.vocab
         self.lm = new_lm(target, n_layers)
         self.register_buffer("vocab_ids", vocab_ids.long(), persistent=False)
+        self.register_buffer("head_w", self.lm.model.embed_tokens.weight.detach()[vocab_ids.long()],
+                             persistent=False)
+        self.head_mm = Prepacked()
 
     def init_from_target(self, target) -> "DraftModel":
         src = target.model.model
@@ -69,7 +73,7 @@ class DraftModel(nn.Module):
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """[.., d] final hidden -> [.., Vd] logits over the draft vocabulary."""
-        return h @ self.lm.model.embed_tokens.weight[self.vocab_ids].T
+        return self.head_mm(h, self.head_w)
 
     def forward(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
         out = self.lm.model(input_ids=tokens, past_key_values=cache, use_cache=cache is not None)
@@ -83,7 +87,7 @@ def load(target) -> DraftModel:
     if any(not k.startswith(("model.embed_tokens", "lm_head")) for k in missing):
         raise weights.DrafterUnavailable(f"{ID} weights are incomplete; retrain with: "
                                          f"python -m specviz train --drafter {ID}")
-    return model.to(target.device).eval()
+    return pack_linears(model.to(target.device).eval())
 
 
 def load_draft_lm(target) -> LlamaForCausalLM:

@@ -27,6 +27,7 @@ from specviz.drafters.dflash import TAPS, BlockBackbone, ContextCache, ContextSt
 from specviz.drafters.layers import DraftHead, LayerShape
 from specviz.engine.sampling import SamplingParams, draw
 from specviz.engine.tree import DraftTree, Schedule
+from specviz.models.kernels import pack_linears
 
 
 class DSparkModel(nn.Module):
@@ -119,4 +120,4 @@ def build_dspark(target, settings: DSparkSettings) -> DSparkDrafter:
     if settings.block_size > model.block:
         raise DrafterUnavailable(f"dspark was trained with blocks of {model.block}; "
                                  f"choose block_size <= {model.block}")
-    return DSparkDrafter(target, model.to(target.device, target.dtype).eval(), settings)
+    return DSparkDrafter(target, pack_linears(model.to(target.device, target.dtype).eval()), settings)

@@ -17,8 +17,10 @@ from torch import nn
 
 from specviz.drafters import feature_heads as fh
 from specviz.drafters.layers import DecoderLayer, LayerShape
+from specviz.engine.cost import forward_cost
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
+from specviz.models.kernels import Prepacked
 
 ID = "eagle1"
 DRAFT_VOCAB = 4096
@@ -38,8 +40,14 @@ class FrozenTargetParts(nn.Module):
         self.register_buffer("head_w", target.lm_head.weight.detach().float()[vocab_ids],
                              persistent=False)
 
+        self.head_mm = Prepacked()
+
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return F.embedding(tokens, self.emb_w)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits of final states h [..., d]."""
+        return self.head_mm(h, self.head_w)
 
 
 class Eagle1Head(FrozenTargetParts):
@@ -62,7 +70,7 @@ class Eagle1Head(FrozenTargetParts):
     def forward(self, g, emb, positions, past=None, mask=None):
         out, kv = self.layer(self.fc(torch.cat([emb, g], -1)), positions,
                              None if past is None else past[0], mask)
-        return out, out @ self.head_w.T, [kv]
+        return out, self.logits(out), [kv]
 
 
 def load_head(target) -> Eagle1Head:
@@ -74,6 +82,7 @@ class Eagle2Settings:
     top_k: int = 6
     depth: int = 6
     total_tokens: int = 24
+    auto_budget: bool = True    # greedy: verify only the best nodes that pay for their time
 
     def check(self) -> None:
         if not (1 <= self.top_k <= 16 and 1 <= self.depth <= 12 and 2 <= self.total_tokens <= 128):
@@ -87,7 +96,8 @@ class EagleDrafter(fh.HeadDrafter):
         s = self.settings
         if s is None:
             return fh.static_tree(self.head, state, root, STATIC_TREE)
-        return fh.dynamic_tree(self.head, state, root, s.top_k, s.depth, s.total_tokens)
+        return fh.dynamic_tree(self.head, state, root, s.top_k, s.depth, s.total_tokens,
+                               self.cost if sp.greedy else None)
 
 
 def build_eagle1(target, settings: None) -> EagleDrafter:
@@ -95,7 +105,7 @@ def build_eagle1(target, settings: None) -> EagleDrafter:
 
 
 def build_eagle2(target, settings: Eagle2Settings) -> EagleDrafter:
-    return EagleDrafter(load_head(target), settings)
+    return EagleDrafter(load_head(target), settings, forward_cost(target) if settings.auto_budget else None)
 
 
 # --- training ---------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from torch import nn
 from specviz.drafters import feature_heads as fh
 from specviz.drafters.eagle import DRAFT_VOCAB, FrozenTargetParts
 from specviz.drafters.layers import DecoderLayer, LayerShape
+from specviz.engine.cost import forward_cost
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 
@@ -56,7 +57,7 @@ class Eagle3Head(FrozenTargetParts):
     def forward(self, g, emb, positions, past=None, mask=None):
         x = torch.cat([self.emb_norm(emb), self.h_norm(g)], -1)
         out, kv = self.layer(x, positions, None if past is None else past[0], mask, residual=g)
-        return out, self.norm(out) @ self.head_w.T, [kv]
+        return out, self.logits(self.norm(out)), [kv]
 
 
 def load_head(target) -> Eagle3Head:
@@ -70,6 +71,7 @@ class Eagle3Settings:
     depth: int = 7
     total_tokens: int = 24
     gamma: int = 5              # chain length
+    auto_budget: bool = True    # greedy tree mode: verify only nodes that pay for their time
 
     def check(self) -> None:
         if self.mode not in ("tree", "chain"):
@@ -85,11 +87,13 @@ class Eagle3Drafter(fh.HeadDrafter):
         s = self.settings
         if s.mode == "chain":
             return fh.chain(self.head, state, root, s.gamma, sp, generator)
-        return fh.dynamic_tree(self.head, state, root, s.top_k, s.depth, s.total_tokens)
+        return fh.dynamic_tree(self.head, state, root, s.top_k, s.depth, s.total_tokens,
+                               self.cost if sp.greedy else None)
 
 
 def build(target, settings: Eagle3Settings) -> Eagle3Drafter:
-    return Eagle3Drafter(load_head(target), settings)
+    cost = forward_cost(target) if settings.mode == "tree" and settings.auto_budget else None
+    return Eagle3Drafter(load_head(target), settings, cost)
 
 
 # --- training ---------------------------------------------------------------------------------

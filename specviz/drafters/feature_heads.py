@@ -15,14 +15,18 @@ draft entries (g = the parent's output) extend the cache only during one `draft`
 """
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from specviz.drafters import weights
+from specviz.engine.cost import Acceptance, ForwardCost, best_budget, worth_drafting
 from specviz.engine.sampling import SamplingParams, draw
 from specviz.engine.tree import DraftTree
+from specviz.models.kernels import pack_linears
 
 
 @dataclass
@@ -31,6 +35,8 @@ class HeadState:
     pending: list[dict[int, torch.Tensor]]              # target feats of tokens[cached:]
     kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
     cached: int = 0                                     # head entries in kv
+    acceptance: Acceptance = field(default_factory=Acceptance)   # learnt from verified drafts
+    last_tree: DraftTree | None = None                  # the draft awaiting its verdict
 
 
 def load_head(drafter_id: str, target, make):
@@ -39,21 +45,25 @@ def load_head(drafter_id: str, target, make):
     tensors, cfg = weights.load(drafter_id, target.fingerprint)
     head = make(target, tensors.pop("vocab_ids"), cfg)
     head.load_state_dict(tensors)
-    return head.to(target.device).eval()
+    return pack_linears(head.to(target.device).eval())
 
 
 class HeadDrafter:
     """The Drafter plumbing every feature head shares: per-request HeadState, cheap commits
     (features queue up; the head catches up lazily in `draft`). Subclasses write `draft`."""
 
-    def __init__(self, head, settings):
-        self.head, self.settings = head, settings
+    def __init__(self, head, settings, cost: ForwardCost | None = None):
+        self.head, self.settings, self.cost = head, settings, cost
         self.taps = head.taps
 
     def start(self, prompt_ids: list[int], feats: dict[int, torch.Tensor]) -> HeadState:
         return HeadState(list(prompt_ids[:-1]), [feats] if feats else [])
 
     def commit(self, state: HeadState, tokens: list[int], feats: dict[int, torch.Tensor]) -> None:
+        if state.last_tree is not None:
+            t = state.last_tree
+            state.acceptance.observe(t.parents, t.tokens, t.confidence, tokens)
+            state.last_tree = None
         state.tokens.extend(tokens)
         state.pending.append(feats)
 
@@ -157,27 +167,59 @@ def children_of(parent: Node | None, out: torch.Tensor, logq: torch.Tensor, k: i
 
 
 def dynamic_tree(head, state: HeadState, root: int, top_k: int, depth: int,
-                 total_tokens: int) -> DraftTree:
+                 total_tokens: int, cost: ForwardCost | None = None) -> DraftTree:
     """EAGLE-2: expand the global top-k frontier by cumulative log q for `depth` levels, then
     keep the total_tokens-1 best recorded nodes (a valid tree: a child never outscores its
-    parent, and sorting by (score, depth) puts parents first)."""
+    parent, and sorting by (score, depth) puts parents first).
+
+    With a cost model (greedy decoding: the budget then never changes the output), drafting
+    stops at the first level that cannot pay for itself, and only the best prefix of the
+    ranked nodes that maximises expected tokens per second is verified (`cost.best_budget`).
+    A node's value is the product along its path of the request's learnt acceptance of each
+    draft probability (`cost.Acceptance`)."""
+    t0 = time.perf_counter()
     first = catch_up(head, state, root)
     if first is None:
         return DraftTree.root_only(root, fallback=True, note="no target feature yet")
     ex = Expander(head, state)
+    value: dict[int, float] = {}
+
+    def worth(x: Node) -> float:
+        if id(x) not in value:
+            value[id(x)] = state.acceptance(x.prob) * (worth(x.parent) if x.parent else 1.0)
+        return value[id(x)]
+
+    def budget_values(nodes: list[Node]) -> list[float]:
+        return sorted(map(worth, nodes), reverse=True)[:total_tokens - 1]
+
     frontier = children_of(None, first[0], F.log_softmax(first[1].float(), -1), top_k)
     recorded = list(frontier)
+    levels, level_s = 1, time.perf_counter() - t0
     for _ in range(depth - 1):
+        if cost is not None and not worth_drafting(
+                budget_values(recorded), len(frontier), sum(map(worth, frontier)),
+                time.perf_counter() - t0, level_s, cost):
+            break
+        t = time.perf_counter()
         outs, logq = ex.run(frontier)
         cands = [c for j, node in enumerate(frontier)
                  for c in children_of(node, outs[j], logq[j], top_k)]
         recorded += cands
         frontier = sorted(cands, key=lambda x: -x.score)[:top_k]
+        levels, level_s = levels + 1, time.perf_counter() - t
     crop(state)
     ranked = sorted(enumerate(recorded), key=lambda t: (-t[1].score, t[1].depth, t[0]))
     chosen = [x for _, x in ranked[:total_tokens - 1]]
-    return to_tree(head, root, chosen, f"EAGLE-2 dynamic tree: top-k {top_k}, depth {depth}, "
-                                       f"{len(chosen)} nodes")
+    note = f"EAGLE-2 dynamic tree: top-k {top_k}, depth {levels} of {depth}, {len(chosen)} nodes"
+    if cost is not None:
+        values = [worth(x) for x in chosen]
+        draft_s = time.perf_counter() - t0
+        n = best_budget(values, draft_s, cost)
+        note += (f"; verifying the best {n} (expected {1 + sum(values[:n]):.2f} tokens in "
+                 f"{1000 * (draft_s + cost(1 + n)):.0f} ms with drafting)")
+        chosen = chosen[:n]
+    state.last_tree = to_tree(head, root, chosen, note)
+    return state.last_tree
 
 
 def static_tree(head, state: HeadState, root: int, shape: list[tuple[int, ...]]) -> DraftTree:

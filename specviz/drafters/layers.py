@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specviz.models.kernels import Prepacked
+
 
 @dataclass(frozen=True)
 class LayerShape:
@@ -138,9 +140,10 @@ class DraftHead:
         self.vocab = vocab.long().to(target.device)
         self.weight = target.lm_head.weight[self.vocab].detach()         # [Vd, d]
         self.size = target.vocab
+        self.mm = Prepacked()
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return (h.to(self.weight.dtype) @ self.weight.T).float()
+        return self.mm(h.to(self.weight.dtype), self.weight).float()
 
     def full(self, logits: torch.Tensor) -> torch.Tensor:
         out = logits.new_full((*logits.shape[:-1], self.size), float("-inf"))

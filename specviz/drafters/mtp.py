@@ -24,6 +24,7 @@ from specviz.drafters import weights
 from specviz.drafters.layers import DecoderLayer, DraftHead, LayerShape, causal_mask, copy_target_layer
 from specviz.engine.sampling import SamplingParams, draw
 from specviz.engine.tree import DraftTree
+from specviz.models.kernels import pack_linears
 
 
 class MtpModule(nn.Module):
@@ -141,4 +142,5 @@ def build_mtp(target, settings: MtpSettings) -> MtpDrafter:
     tensors, cfg = weights.load(ID, target.fingerprint)
     module = MtpModule(LayerShape.of(target, ffn=cfg["ffn"]), tensors["vocab"], tap=cfg["tap"])
     module.load_state_dict(tensors)
-    return MtpDrafter(target, module.to(target.device, target.dtype).eval(), settings.gamma)
+    return MtpDrafter(target, pack_linears(module.to(target.device, target.dtype).eval()),
+                      settings.gamma)

@@ -61,7 +61,7 @@ class PEagleHead(FrozenTargetParts):
         for i, layer in enumerate(self.layers):
             h, kv = layer(h, positions, None if past is None else past[i], mask)
             kvs.append(kv)
-        return h, self.norm(h) @ self.head_w.T, kvs
+        return h, self.logits(self.norm(h)), kvs
 
     def mask_inputs(self, shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
         """(g, emb) of mask entries, broadcast to shape [..., d]."""

@@ -127,6 +127,21 @@ def run(target: Target, prompt_ids: list[int], settings: GenSettings, drafter: D
     yield emit(metrics.finish(emitted, stop, text, clock()))
 
 
+def target_probs(logits: torch.Tensor, p_rows: torch.Tensor, tree: DraftTree,
+                 greedy: bool) -> list[float]:
+    """p(node token | its parent's row) for the drafted nodes, as the UI shows them. Greedy
+    verification never needed the softmax: normalise only the parent rows, never [k, V]."""
+    if len(tree) == 1:
+        return []
+    par = torch.tensor(tree.parents[1:], device=logits.device)
+    tok = torch.tensor(tree.tokens[1:], device=logits.device)
+    if not greedy:
+        return p_rows[par, tok].tolist()
+    rows, where = torch.unique(par, return_inverse=True)
+    lse = torch.logsumexp(logits[rows], -1)
+    return (logits[par, tok] - lse[where]).exp().tolist()
+
+
 def step(target: Target, drafter: Drafter | None, req: Request, sp: SamplingParams,
          clock) -> Iterator[ev.Event]:
     """One round: draft -> verify -> accept -> update."""
@@ -160,12 +175,10 @@ def step(target: Target, drafter: Drafter | None, req: Request, sp: SamplingPara
     p_rows = out.logits if sp.greedy else probs(out.logits, sp)  # greedy needs argmax only
     verdict = verify(tree, p_rows, sp, req.generator)
     verify_s = time.perf_counter() - t
-    shown = torch.softmax(out.logits, -1) if sp.greedy and len(tree) > 1 else p_rows
     argmax = out.logits.argmax(-1).tolist()
     par = tree.parents
     yield ev.Verified(
-        step=req.step,
-        p=[None] + [float(shown[par[i], tree.tokens[i]]) for i in range(1, len(tree))],
+        step=req.step, p=[None] + target_probs(out.logits, p_rows, tree, sp.greedy),
         argmax=[None] + [argmax[par[i]] for i in range(1, len(tree))],
         argmax_pieces=[None] + [target.piece(argmax[par[i]]) for i in range(1, len(tree))],
         draw=verdict.draws, verify_s=verify_s, input_tokens=len(tree), t=clock())

@@ -15,6 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from specviz.engine.tree import additive_mask, depths
+from specviz.models.kernels import pack_linears
 from specviz.models.loading import EMBEDDED, load_model
 
 
@@ -47,10 +48,14 @@ class Target:
         self.eos_ids |= {gen_eos} if isinstance(gen_eos, int) else set(gen_eos or [])
 
     @classmethod
-    def load(cls, name: str = EMBEDDED, device: str = "auto", threads: int | None = None) -> "Target":
+    def load(cls, name: str = EMBEDDED, device: str = "auto", threads: int | None = None,
+             packed: bool = True) -> "Target":
+        """packed: prepack the linear layers for oneDNN on CPU (kernels.py; same numbers)."""
         if threads:
             torch.set_num_threads(threads)
         model, tok, model_id = load_model(name, device)
+        if packed:
+            pack_linears(model)
         target = cls(model, tok, model_id)
         target.warm_up()
         return target

@@ -1,0 +1,86 @@
+"""CPU inference kernels: linear layers with their weights prepacked once for oneDNN.
+
+Boundary: `Prepacked` computes x @ W.T (+ b) for a frozen weight through an opaque oneDNN-packed
+copy made on first use; `pack_linears(model)` swaps a model's `nn.Linear` layers, in place, for
+`PackedLinear`s that do so. The original weights stay (tied embeddings, drafter heads and
+autograd read them): the same module tree, parameters and state dict, the same numbers up to
+fp32 summation order. Only inference on CPU in fp32 takes the packed path.
+
+Why: with stock `F.linear` on this 2-core CPU, a 135M model's forward costs 57 ms for one token
+and 85-95 ms for 2-8 tokens, because the BLAS call repacks each weight matrix on every call, and
+for few rows that doubles the memory traffic. Packing once makes it 39 ms for one token and 47 ms
+for eight, so verifying a draft costs little more than a plain step. Where the oneDNN op is
+missing or disagrees with `F.linear`, the stock path stays.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ROWS_HINT = 8  # the packing is tuned for this many rows (a typical verify width); any count works
+
+
+@functools.cache
+def available() -> bool:
+    """The private oneDNN ops exist and agree with F.linear on a small random case."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        w, b, x = torch.randn(48, 32), torch.randn(48), torch.randn(3, 32)
+        y = torch.ops.mkldnn._linear_pointwise(x, torch.ops.mkldnn._reorder_linear_weight(w, 3),
+                                                b, "none", [], "")
+    except (AttributeError, RuntimeError):
+        return False
+    return torch.allclose(y, F.linear(x, w, b), rtol=1e-4, atol=1e-4)
+
+
+class Prepacked:
+    """`F.linear(x, weight, bias)` for a frozen weight, through a copy of it packed for oneDNN
+    the first time it runs on CPU in fp32 without autograd. The copy is rebuilt when the weight
+    tensor changes (another tensor, or the same one written in place). With gradients, on
+    another device or dtype, or without the op, it is plain F.linear."""
+
+    def __init__(self):
+        self._key: tuple | None = None
+        self._packed: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor,
+                 bias: torch.Tensor | None = None) -> torch.Tensor:
+        if (weight.device.type != "cpu" or weight.dtype != torch.float32 or x.dtype != weight.dtype
+                or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+                or not available()):
+            return F.linear(x, weight, bias)
+        key = (weight.data_ptr(), weight._version, tuple(weight.shape))
+        if key != self._key:
+            with torch.no_grad():
+                self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
+            self._key = key
+        return torch.ops.mkldnn._linear_pointwise(x, self._packed, bias, "none", [], "")
+
+
+class PackedLinear(nn.Linear):
+    """An nn.Linear whose forward goes through `Prepacked`: same parameters and state dict."""
+
+    @classmethod
+    def wrap(cls, lin: nn.Linear) -> "PackedLinear":
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        new.in_features, new.out_features = lin.in_features, lin.out_features
+        new.weight, new.bias = lin.weight, lin.bias
+        new.mm = Prepacked()
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mm(x, self.weight, self.bias)
+
+
+def pack_linears(model: nn.Module) -> nn.Module:
+    """Swap every nn.Linear of `model` for a PackedLinear, in place; returns the model."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                setattr(parent, name, PackedLinear.wrap(child))
+    return model
