@@ -68,7 +68,8 @@ REGISTRY: dict[str, StrategySpec] = {s.id: s for s in [
     StrategySpec("eagle2", "EAGLE-2 (dynamic tree)",
                  "The EAGLE-1 head with EAGLE-2's dynamic tree: expand the top_k most likely "
                  "paths for depth levels, keep the total_tokens best nodes by cumulative draft "
-                 "probability.",
+                 "probability. Under greedy decoding it stops drafting, and verifies only the "
+                 "best nodes, where more would cost more time than they save (auto_budget).",
                  Eagle2Settings, build_eagle2,
                  caveat="Same weights as eagle1 (see assets/eagle1.md)."),
     StrategySpec("eagle3", "EAGLE-3",

@@ -55,7 +55,10 @@ SETTING_HELP = {
     "mode": "tree (EAGLE-2 dynamic tree) or chain",
     "top_k": "tree: children expanded per node",
     "depth": "tree: levels drafted (deepest draft position)",
-    "total_tokens": "tree: best nodes kept and sent to the target (verify budget)",
+    "total_tokens": "tree: best nodes kept and sent to the target (verify budget, at most)",
+    "auto_budget": "greedy tree: stop drafting levels, and send only the best nodes, once more "
+                   "would cost more time than they save (measured forward cost; acceptance "
+                   "learnt from this request's verified drafts). false = classic EAGLE-2",
     "block_size": "block: positions drafted by one forward",
     "threshold": "confidence: cut the draft where the prefix survival a_j falls below this "
                  "(0 = never cut)",
