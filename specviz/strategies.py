@@ -20,6 +20,7 @@ from specviz.drafters.eagle import Eagle2Settings, build_eagle1, build_eagle2
 from specviz.drafters.eagle3 import Eagle3Settings, build as build_eagle3
 from specviz.drafters.ngram import NgramDrafter, NgramSettings
 from specviz.drafters.peagle import PEagleSettings, build as build_peagle
+from specviz.engine.cost import forward_cost
 
 
 class UnknownStrategy(ValueError):
@@ -40,7 +41,8 @@ def _ngram(target, s: NgramSettings) -> Drafter:
     if target.device.type == "cuda" and s.min_expected == NgramSettings.min_expected:
         # on a GPU a verify of a few tokens costs about one plain step: no need to gate
         s = dataclasses.replace(s, min_expected=0.0)
-    return NgramDrafter(s, stop_ids=frozenset(target.tokenizer.all_special_ids) | target.eos_ids)
+    return NgramDrafter(s, stop_ids=frozenset(target.tokenizer.all_special_ids) | target.eos_ids,
+                        cost=forward_cost(target))
 
 
 REGISTRY: dict[str, StrategySpec] = {s.id: s for s in [

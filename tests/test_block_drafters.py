@@ -12,6 +12,7 @@ from specviz.drafters.dflash import BlockBackbone, DFlashDrafter
 from specviz.drafters.dspark import DSparkDrafter, DSparkModel, DSparkSettings
 from specviz.drafters.layers import LayerShape
 from specviz.drafters.mtp import MtpDrafter, MtpModule
+from specviz.engine.cost import ForwardCost, prefix_schedule
 from specviz.engine.decode import GenSettings, run
 from specviz.engine.sampling import SamplingParams
 from specviz.train.blocks import block_hidden, block_mask
@@ -176,3 +177,21 @@ def test_free_run_on_a_sequence_too_short_for_a_block(tiny_target):
         hits, z = tr.free_run(batch)
     assert hits.shape == (0, 8) and hits.dtype == torch.bool
     assert z.shape == (0, 8)
+
+
+def test_hardware_scheduler_under_greedy(tiny_target):
+    t = tiny_target
+    m = tiny_dspark(t)
+    with torch.no_grad():
+        m.conf.bias.fill_(2.0)
+    ids = t.encode("Write a haiku about rain.")
+    feats = t.forward(ids[:-1], t.new_cache(), taps=TINY_TAPS).taps
+    steep = ForwardCost([1, 2], [0.010, 0.014])          # 4 ms per verified draft
+    d = DSparkDrafter(t, m, DSparkSettings(block_size=8), steep)
+    tree = d.draft(d.start(ids, feats), ids[-1], SamplingParams(), None)
+    s = tree.schedule
+    assert s.threshold is None and "hardware-aware" in s.reason
+    assert s.verify_len == prefix_schedule(s.survival, steep)
+    sampled = d.draft(d.start(ids, feats), ids[-1], SamplingParams(temperature=1.0),
+                      torch.Generator().manual_seed(0))
+    assert sampled.schedule.threshold == 0.2              # sampling keeps the threshold rule

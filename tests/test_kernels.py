@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from specviz.drafters.eagle import Eagle1Head, Eagle2Settings, EagleDrafter
-from specviz.engine.cost import Acceptance, ForwardCost, best_budget, forward_cost
+from specviz.engine.cost import Acceptance, ForwardCost, best_budget, forward_cost, prefix_schedule
 from specviz.engine.sampling import SamplingParams
 from specviz.models import kernels
 from specviz.models.kernels import PackedLinear, Prepacked, pack_linears
@@ -128,3 +128,15 @@ def test_acceptance_learns_from_verified_trees():
     assert acc.tested[4] == 3 and acc.accepted[4] == 2 and acc.tested[1] == 2
     assert acc(0.45) == pytest.approx((2 + 4 * 0.45) / (3 + 4))
     assert acc(0.15) < 0.15
+
+
+def test_prefix_schedule_is_algorithm_1():
+    flat = lambda w: 0.05                                 # noqa: E731
+    assert prefix_schedule([0.9, 0.5, 0.1], flat) == 3    # free width: verify every draft
+    steep = lambda w: 0.04 + 0.01 * (w - 1)               # noqa: E731
+    # theta: j=0 1/.04=25, j=1 1.9/.05=38, j=2 2.4/.06=40, j=3 2.5/.07=35.7 -> 2
+    assert prefix_schedule([0.9, 0.5, 0.1], steep) == 2
+    # the early break: j=1 does not pay, so j=2 is never looked at, however good it would be
+    bump = ForwardCost([1, 2, 3], [0.04, 0.08, 0.05])
+    assert prefix_schedule([0.5, 0.5], bump) == 0
+    assert prefix_schedule([], steep) == 0

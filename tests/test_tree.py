@@ -10,7 +10,8 @@ import gc
 import pytest
 import torch
 
-from specviz.drafters.ngram import CONTEXT, NgramDrafter, NgramSettings, depth_for, trie
+from specviz.drafters.ngram import CONTEXT, NgramDrafter, NgramSettings, depth_for, depth_for_cost, trie
+from specviz.engine.cost import ForwardCost
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import (DraftTree, additive_mask, ancestor_mask, children, depths,
                                  paths)
@@ -183,6 +184,22 @@ def test_ngram_depth_follows_the_expected_run():
     assert depth_for(0.0, 0.1, 8) == 1
     depths = [depth_for(m / 4, 0.1, 16) for m in range(1, 40)]
     assert depths == sorted(depths)
+
+
+def test_ngram_depth_under_a_cost_model():
+    flat = ForwardCost([1, 2, 64], [0.040, 0.046, 0.046])       # wider verifies are free
+    assert depth_for_cost(0.5, 8, flat) == 8
+    steep = ForwardCost([1, 2], [0.040, 0.060])                 # 20 ms per drafted token
+    assert depth_for_cost(4.0, 8, steep) == 2   # a = .8: 1/.04 = 25, 1.8/.06 = 30, 2.44/.08 = 30.5, 2.95/.1
+    assert depth_for_cost(0.2, 8, steep) == 0                   # nothing pays: the step is gated
+    d = NgramDrafter(NgramSettings(min_expected=0.0), cost=steep)
+    state = d.start([1, 2, 3, 9, 1, 2], {})
+    for n in (1, 2, 3):
+        state.tries[(CONTEXT, n)] += 20                         # weak kinds: n = 3 has mean 0.18
+    tree = d.draft(state, 3, SamplingParams(), None)
+    assert tree.fallback and "pays" in tree.note
+    sampled = d.draft(state, 3, SamplingParams(temperature=1.0), None)   # no timing under sampling
+    assert not sampled.fallback
 
 
 def test_ngram_uses_the_match_kind_that_pays_off():

@@ -12,7 +12,9 @@ is row 0) drafts x_{k+1}:
   a_k = Π_{i<=k} c_i                                   (prefix survival)
 with x_0 the anchor and x_k the previous draft, sampled left to right. c_k depends on x_{<=k}
 only, so cutting the chain at the first a_k < threshold decides whether to verify x_{k+1}
-before x_{k+1} is looked at (non-anticipation, ALGORITHMS.md §0).
+before x_{k+1} is looked at (non-anticipation, ALGORITHMS.md §0). Under greedy decoding the
+default cut is the paper's hardware-aware prefix scheduler instead (`cost.prefix_schedule`, on
+the measured forward cost); sampling keeps the threshold, so that a seed fixes the output.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from specviz.drafters import weights
 from specviz.drafters.base import DrafterUnavailable
 from specviz.drafters.dflash import TAPS, BlockBackbone, ContextCache, ContextState
 from specviz.drafters.layers import DraftHead, LayerShape
+from specviz.engine.cost import ForwardCost, forward_cost, prefix_schedule
 from specviz.engine.sampling import SamplingParams, draw
 from specviz.engine.tree import DraftTree, Schedule
 from specviz.models.kernels import pack_linears
@@ -65,12 +68,15 @@ class DSparkSettings:
     # cut the chain at the first prefix survival a_k below this; 0.2 because the shipped
     # (CPU-scale) confidence head keeps a_1 at or below ~0.4, so 0.5 would never draft
     threshold: float = 0.2
+    scheduler: str = "hardware"  # greedy: Algorithm 1 on the measured cost; else the threshold
     markov: bool = True        # ablation switch: backbone logits alone when False
     window: int = 0            # attend to only the last W context positions (0 = all)
 
     def check(self) -> None:
         if not 1 <= self.block_size <= 16:
             raise ValueError("dspark block_size must be in 1..16 (the trained block is 16)")
+        if self.scheduler not in ("hardware", "threshold"):
+            raise ValueError("dspark scheduler must be hardware or threshold")
         if not 0.0 <= self.threshold < 1.0:
             raise ValueError("dspark threshold must be in [0, 1) (0 = never truncate)")
         if self.window < 0:
@@ -78,9 +84,10 @@ class DSparkSettings:
 
 
 class DSparkDrafter(ContextCache):
-    def __init__(self, target, model: DSparkModel, settings: DSparkSettings):
+    def __init__(self, target, model: DSparkModel, settings: DSparkSettings,
+                 cost: ForwardCost | None = None):
         super().__init__(model.backbone, settings.window)
-        self.target, self.model, self.settings = target, model, settings
+        self.target, self.model, self.settings, self.cost = target, model, settings, cost
         self.head = DraftHead(target, model.backbone.vocab)
 
     def draft(self, state: ContextState, root: int, sp: SamplingParams,
@@ -102,11 +109,19 @@ class DSparkDrafter(ContextCache):
                 tok, q, q_row = draw(self.head.full(logits), sp, generator)
                 toks.append(tok), qs.append(q), rows.append(q_row)
                 prev = tok
-        reason = (f"a_{cut + 1} = {surv[cut]:.2f} < threshold {pol.threshold:.2f}"
-                  if cut < pol.block_size else f"all {pol.block_size} drafts clear threshold {pol.threshold:.2f}")
+        threshold: float | None = pol.threshold
+        if self.cost is not None and sp.greedy:
+            cut, threshold = prefix_schedule(surv, self.cost), None
+            reason = (f"hardware-aware scheduler: {cut} drafts maximise (1 + a_1 + ... + a_j) "
+                      f"verify steps/s at this machine's measured cost "
+                      f"({1000 * self.cost(1 + cut):.0f} ms for {1 + cut} tokens)")
+        else:
+            reason = (f"a_{cut + 1} = {surv[cut]:.2f} < threshold {pol.threshold:.2f}"
+                      if cut < pol.block_size
+                      else f"all {pol.block_size} drafts clear threshold {pol.threshold:.2f}")
         return DraftTree.chain(
             root, toks, q=qs, q_rows=rows, confidence=conf,
-            schedule=Schedule(conf, surv, cut, reason, pol.threshold),
+            schedule=Schedule(conf, surv, cut, reason, threshold),
             note=f"one block forward + {'Markov' if pol.markov else 'no Markov'} head; "
                  f"verify {cut} of {pol.block_size}")
 
@@ -120,4 +135,5 @@ def build_dspark(target, settings: DSparkSettings) -> DSparkDrafter:
     if settings.block_size > model.block:
         raise DrafterUnavailable(f"dspark was trained with blocks of {model.block}; "
                                  f"choose block_size <= {model.block}")
-    return DSparkDrafter(target, pack_linears(model.to(target.device, target.dtype).eval()), settings)
+    return DSparkDrafter(target, pack_linears(model.to(target.device, target.dtype).eval()), settings,
+                         forward_cost(target) if settings.scheduler == "hardware" else None)

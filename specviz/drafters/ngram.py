@@ -14,9 +14,12 @@ past steps only, so candidates never depend on this step's target output. A step
 available kind with the best mean:
 - below `min_expected` the step falls back to a plain target step, marked `fallback` in its
   event (a gated kind is re-probed every `reprobe` gated steps);
-- otherwise the tree depth follows the mean: reading it as a geometric acceptance run with
-  per-token rate a = m / (1 + m), drafting stops where a^depth < `tail` (a weak match drafts 2-3
-  tokens, a strong one up to `max_draft`), and the tree gets 1.5 x depth nodes at most.
+- otherwise the tree depth follows the mean, read as a geometric acceptance run with per-token
+  rate a = m / (1 + m). Under greedy decoding with the target's measured cost model, the depth
+  maximises expected tokens per verify second (`cost.best_budget`; depth 0 gates the step).
+  Otherwise (sampling: a seed must fix the output, and timings differ run to run) drafting
+  stops where a^depth < `tail` (a weak match drafts 2-3 tokens, a strong one up to
+  `max_draft`). The tree gets 1.5 x depth nodes at most.
 Continuations stop at a special token (chat-template markers are never worth drafting across).
 """
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specviz.engine.cost import ForwardCost, best_budget
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 
@@ -44,7 +48,7 @@ class NgramSettings:
     max_draft: int = 8        # tokens per branch
     branches: int = 3         # distinct continuations merged into the tree
     budget: int = 12          # draft nodes at most (root excluded)
-    min_expected: float = 0.7  # gate: expected accepted tokens per draft (0 disables)
+    min_expected: float = 0.2  # gate: expected accepted tokens per draft (0 disables)
     reprobe: int = 12          # after this many gated steps of one kind, draft once more
     tail: float = 0.1          # depth: stop where the modelled run survival drops below this
     store: bool = True         # use the cross-request store
@@ -80,8 +84,8 @@ class NgramDrafter:
     taps: tuple[int, ...] = ()
 
     def __init__(self, settings: NgramSettings = NgramSettings(), stop_ids: frozenset[int] = frozenset(),
-                 store_limit: int = 200_000):
-        self.settings = settings
+                 store_limit: int = 200_000, cost: ForwardCost | None = None):
+        self.settings, self.cost = settings, cost
         self.stop_ids = stop_ids
         self.store: dict[tuple[int, ...], Counter] = {}
         self.store_limit = store_limit
@@ -158,15 +162,20 @@ class NgramDrafter:
         kind = max(kinds, key=state.expected)          # ties: the first (longest, own context)
         expected = state.expected(kind)
         where = f"n={kind[1]} match in the {kind[0]}"
+        if self.cost is not None and sp.greedy:
+            depth = depth_for_cost(expected, s.max_draft, self.cost)
+            why = "no draft depth pays for its verify time" if depth == 0 else ""
+        else:
+            depth, why = depth_for(expected, s.tail, s.max_draft), ""
         if expected < s.min_expected:
+            why = f"{expected:.2f} < {s.min_expected:.2f} expected accepted tokens"
+        if why:
             state.gated[kind] += 1
             if state.gated[kind] < s.reprobe:
-                return DraftTree.root_only(
-                    root, fallback=True,
-                    note=f"{where} below quality gate ({expected:.2f} < {s.min_expected:.2f} "
-                         f"expected accepted tokens)")
+                return DraftTree.root_only(root, fallback=True,
+                                           note=f"{where} below quality gate ({why})")
+            depth = max(depth, 1)
         state.gated[kind] = 0
-        depth = depth_for(expected, s.tail, s.max_draft)
         cut = self._continuations(state, toks, kind, kinds[kind], depth)
         if not cut:   # the store evicted the key since _kinds looked
             return DraftTree.root_only(root, fallback=True, note=f"{where} evicted meanwhile")
@@ -197,6 +206,14 @@ def depth_for(expected: float, tail: float, max_draft: int) -> int:
         return 1
     a = expected / (1.0 + expected)
     return max(1, min(max_draft, math.ceil(math.log(tail) / math.log(a))))
+
+
+def depth_for_cost(expected: float, max_draft: int, cost: ForwardCost) -> int:
+    """Greedy decoding with a measured cost model: the depth (0..max_draft) that maximises
+    expected tokens per verify second, with the same geometric reading of the mean (draft token
+    i is accepted with probability a^i, a = m / (1 + m)); drafting itself costs ~nothing."""
+    a = expected / (1.0 + expected) if expected > 0 else 0.0
+    return best_budget([a ** i for i in range(1, max_draft + 1)], 0.0, cost)
 
 
 def trie(root: int, continuations: list[tuple[int, ...]], budget: int) -> DraftTree:

@@ -131,6 +131,23 @@ def best_budget(values: Sequence[float], draft_s: float, cost: Callable[[int], f
     return best_n
 
 
+def prefix_schedule(survival: Sequence[float], cost: Callable[[int], float]) -> int:
+    """DSpark's hardware-aware prefix scheduler (ALGORITHMS.md §6, Algorithm 1) for one request:
+    how many drafts to verify. survival[j-1] = a_j, the draft's estimate that drafts 1..j are
+    all accepted (non-increasing). Verify steps per second at width B are 1 / cost(B). Extend
+    the prefix while tau * SPS(B) grows and stop at the first j that does not raise it: the
+    early break means draft j is kept or dropped from a_1..a_j alone, before any later draft
+    is looked at."""
+    tau, best, keep = 1.0, 1.0 / cost(1), 0
+    for j, a in enumerate(survival, 1):
+        tau += a
+        theta = tau / cost(1 + j)
+        if theta <= best:
+            break
+        best, keep = theta, j
+    return keep
+
+
 def worth_drafting(values: Sequence[float], new_nodes: int, new_gain: float, draft_s: float,
                    level_s: float, cost: Callable[[int], float]) -> bool:
     """Whether one more drafting level can raise the rate: true when `new_nodes` more nodes

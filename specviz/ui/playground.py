@@ -62,15 +62,18 @@ SETTING_HELP = {
     "block_size": "block: positions drafted by one forward",
     "threshold": "confidence: cut the draft where the prefix survival a_j falls below this "
                  "(0 = never cut)",
+    "scheduler": "greedy: hardware (DSpark's Algorithm 1: verify the prefix that maximises "
+                 "expected tokens x verify steps/s at the measured cost) or threshold",
     "markov": "Markov head on (true) or the backbone alone (false, an ablation)",
     "window": "context positions the drafter attends to (0 = all)",
     "max_draft": "tokens per matched continuation (at most: weak matches draft fewer)",
     "branches": "distinct continuations merged into the tree",
     "budget": "draft nodes at most",
-    "min_expected": "skip drafting when fewer accepted tokens are expected (0 = always draft)",
+    "min_expected": "skip drafting when fewer accepted tokens are expected (0 = no floor; under "
+                    "greedy decoding a step is also skipped when no depth pays for its verify)",
     "reprobe": "after this many skipped steps of one match kind, draft once more",
-    "tail": "draft depth: stop where the modelled chance the run is still accepted drops "
-            "below this",
+    "tail": "sampling: draft depth stops where the modelled chance the run is still accepted "
+            "drops below this (greedy decoding uses the measured cost instead)",
     "store": "also match against earlier requests (cross-request store)",
 }
 
