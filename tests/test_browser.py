@@ -139,7 +139,7 @@ def test_script_prompt_shows_literally_and_bad_input_message(page):
 
 
 @pytest.mark.parametrize("strategy, marker", [("eagle2", "#pg-tree:has-text('EAGLE-2')"),
-                                               ("dspark", "#pg-confidence:has-text('threshold')")])
+                                               ("dspark", "#pg-confidence:has-text('hardware-aware')")])
 def test_learned_strategy_in_playground(page, strategy, marker):
     page.locator("#pg-strategy input").click()
     option = page.get_by_role("option", name=re.compile(rf"^{strategy} — "))
@@ -224,6 +224,8 @@ def test_models_and_guide(page):
     page.wait_for_selector("#guide-models:has-text('Loaded target')")
     assert "ngram" in page.inner_text("#guide-models")
     assert "lossless" in page.inner_text("#guide-strategies")
+    page.wait_for_selector("#guide-cost .js-plotly-plot")   # the measured verify-cost curve
+    assert "What verifying costs here" in page.inner_text("#guide-cost")
     shot(page, "guide")
 
 

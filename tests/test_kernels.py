@@ -78,6 +78,7 @@ def test_forward_cost_interpolates():
     assert c(24) == pytest.approx(0.073)                 # linear beyond the last width
     with pytest.raises(ValueError):
         ForwardCost([8, 1], [0.1, 0.2])
+    assert ForwardCost([1], [0.04])(16) == 0.04          # one width: flat
 
 
 def test_forward_cost_measures_a_target(tiny_target):

@@ -166,6 +166,14 @@ def test_explorer_maths():
         explorer.rejection([0, 0], [1, 0])
 
 
+def test_verify_cost_figure():
+    fig = charts.verify_cost_figure([1, 8, 16], [0.040, 0.046, 0.058], "cpu")
+    line = fig.data[0]
+    assert list(line.x) == [1, 8, 16] and [round(y) for y in line.y] == [40, 46, 58]
+    assert "1.45x one token" in line.hovertext[2]
+    assert "cpu" in fig.layout.title.text
+
+
 def test_viz_imports_no_torch():
     import subprocess
     code = ("import sys, specviz.viz.tree, specviz.viz.charts, specviz.viz.compare, "

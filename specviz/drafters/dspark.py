@@ -112,9 +112,8 @@ class DSparkDrafter(ContextCache):
         threshold: float | None = pol.threshold
         if self.cost is not None and sp.greedy:
             cut, threshold = prefix_schedule(surv, self.cost), None
-            reason = (f"hardware-aware scheduler: {cut} drafts maximise (1 + a_1 + ... + a_j) "
-                      f"verify steps/s at this machine's measured cost "
-                      f"({1000 * self.cost(1 + cut):.0f} ms for {1 + cut} tokens)")
+            reason = (f"hardware-aware scheduler: best (1 + a_1 + .. + a_j) x verify steps/s; "
+                      f"{1000 * self.cost(1 + cut):.0f} ms for {1 + cut} tokens")
         else:
             reason = (f"a_{cut + 1} = {surv[cut]:.2f} < threshold {pol.threshold:.2f}"
                       if cut < pol.block_size

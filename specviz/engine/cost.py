@@ -22,38 +22,42 @@ CONTEXT = 64
 
 class ForwardCost:
     """Seconds of one target forward over `width` new tokens, interpolated between measured
-    widths (linear beyond the last)."""
+    widths (linear beyond the last; one measured width is a flat cost)."""
 
     def __init__(self, widths: Sequence[int], seconds: Sequence[float]):
-        if len(widths) < 2 or len(widths) != len(seconds) or list(widths) != sorted(set(widths)):
-            raise ValueError("a cost model needs two or more increasing widths, one time each")
+        if not widths or len(widths) != len(seconds) or list(widths) != sorted(set(widths)):
+            raise ValueError("a cost model needs increasing widths, one time each")
         self.widths, self.seconds = list(widths), list(seconds)
 
     def __call__(self, width: int) -> float:
         w, s = self.widths, self.seconds
+        if len(w) == 1:
+            return s[0]
         i = next((j for j in range(1, len(w)) if width <= w[j]), len(w) - 1)
         slope = (s[i] - s[i - 1]) / (w[i] - w[i - 1])
         return max(s[0], s[i - 1] + slope * (width - w[i - 1]))
 
     @classmethod
     def measure(cls, target, reps: int = 4) -> "ForwardCost":
-        """Tree-masked forwards after a CONTEXT-token prefix, the widths taken in turn `reps`
-        times; each width's fastest run counts (a busy moment slows one run, never speeds it
-        up), and a wider forward never counts as cheaper than a narrower one."""
+        """Tree-masked forwards after a CONTEXT-token prefix (less for a short-context model),
+        the widths taken in turn `reps` times; each width's fastest run counts (a busy moment
+        slows one run, never speeds it up), and a wider forward never counts as cheaper than a
+        narrower one."""
         from specviz.models.target import Target
 
-        context = [(17 * i) % target.vocab for i in range(1, CONTEXT + 1)]
+        n = max(1, min(CONTEXT, target.max_len // 2))     # a short-context model: less
+        context = [(17 * i) % target.vocab for i in range(1, n + 1)]
         cache = target.new_cache()
         target.forward(context, cache, logits_for="last")
-        widths = [w for w in WIDTHS if CONTEXT + w < target.max_len]
+        widths = [w for w in WIDTHS if n + w <= target.max_len] or [1]
         times: list[list[float]] = [[] for _ in widths]
         for _ in range(reps):
             for j, width in enumerate(widths):
                 parents = None if width == 1 else [-1] + list(range(width - 1))
                 t = time.perf_counter()
-                target.forward(context[:width], cache, parents=parents)
+                target.forward((context * width)[:width], cache, parents=parents)
                 times[j].append(time.perf_counter() - t)
-                Target.crop(cache, CONTEXT)
+                Target.crop(cache, n)
         return cls(widths, list(itertools.accumulate(map(min, times), max)))
 
 

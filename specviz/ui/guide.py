@@ -2,7 +2,7 @@
 strategy-selection guide (the seed articles' decision trees, corrected).
 
 Boundary: target facts + the registry + assets/<id>[-*].md cards + τ from the shipped traces
--> Markdown.
+-> Markdown, and the target's measured verify-cost curve -> a Plotly figure.
 """
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from pathlib import Path
 import gradio as gr
 
 from specviz import strategies
+from specviz.engine.cost import forward_cost
 from specviz.events import TraceError, read_trace
+from specviz.viz.charts import verify_cost_figure
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,15 +27,17 @@ GUIDE = """
 | general chat, you can train a small head on the target | `eagle2` / `eagle3` | feature-level drafting has the highest acceptance per drafted token; EAGLE-3's fused multi-layer features need training-time test to stay accurate deep into the draft. |
 | you can only add a separate small model with the same tokenizer | `draft` | the classic; its forwards cost real time on CPU, so it only pays when the target is much larger than the draft. |
 | the target was trained with MTP modules (DeepSeek-V3 style) | `mtp` | reuse them; do not bolt MTP onto a model that was not trained with it. |
-| GPU serving where one wide forward costs about one narrow one | `peagle`, `dflash`, `dspark` | parallel / block drafting spends FLOPs to save sequential steps: it pays on a GPU, much less on a CPU, where verify cost grows with every token. |
+| GPU serving where one wide forward costs about one narrow one | `peagle`, `dflash`, `dspark` | parallel / block drafting spends FLOPs to save sequential steps: it pays on a GPU, much less on a CPU, where a 16-token block costs about 1.5 plain steps to verify (see the measured curve). |
 
 **Corrections to the source articles.**
 - Speculative decoding with proper verification is *lossless*: greedy output is identical to
   plain decoding, and sampled output has exactly the target's distribution. It never trades
   quality for speed; a method that does is not speculative decoding.
 - Speedup is not acceptance rate. It is τ (tokens per target forward) times the ratio of a
-  plain step's cost to a verify step's cost plus drafting. On a CPU a 16-token verify is
-  several times dearer than a 1-token step, so a high τ can still be slower than `ar`: measure.
+  plain step's cost to a verify step's cost plus drafting. On a CPU a wide verify is dearer
+  than a 1-token step (the curve above is measured on this machine), so a high τ can still be
+  slower than `ar`: measure. `eagle2`, `eagle3`, `dspark` and `ngram` read that curve to decide
+  how much of a draft to verify under greedy decoding.
 - "Five draft models plus an arbiter" is not MTP. Several drafters can be merged into one tree
   and verified in one pass, losslessly; there is no arbiter that picks an answer.
 - A confidence head (DSpark, EAGLE-2's dynamic tree) does not change *what* is accepted; it only
@@ -95,6 +99,10 @@ def overview(target, unavailable: dict[str, str | None]) -> str:
 
 
 def build(target, unavailable: dict[str, str | None]) -> None:
+    cost = forward_cost(target)
     with gr.Row():
         gr.Markdown(overview(target, unavailable), elem_id="guide-models")
-        gr.Markdown(GUIDE, elem_id="guide-strategies")
+        with gr.Column():
+            gr.Plot(verify_cost_figure(cost.widths, cost.seconds, str(target.device)),
+                    elem_id="guide-cost")
+            gr.Markdown(GUIDE, elem_id="guide-strategies")

@@ -60,8 +60,8 @@ SETTING_HELP = {
                    "would cost more time than they save (measured forward cost; acceptance "
                    "learnt from this request's verified drafts). false = classic EAGLE-2",
     "block_size": "block: positions drafted by one forward",
-    "threshold": "confidence: cut the draft where the prefix survival a_j falls below this "
-                 "(0 = never cut)",
+    "threshold": "threshold scheduler (and every sampled run): cut the draft where the prefix "
+                 "survival a_j falls below this (0 = never cut)",
     "scheduler": "greedy: hardware (DSpark's Algorithm 1: verify the prefix that maximises "
                  "expected tokens x verify steps/s at the measured cost) or threshold",
     "markov": "Markov head on (true) or the backbone alone (false, an ablation)",

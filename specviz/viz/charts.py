@@ -130,3 +130,21 @@ def kv_figure(view: RunView, upto: int | None = None) -> go.Figure:
                                  mode="lines", name="drafter cache",
                                  line=dict(color="#7048e8", dash="dot")))
     return fig
+
+
+def verify_cost_figure(widths: list[int], seconds: list[float], device: str) -> go.Figure:
+    """The target's measured forward time by the number of tokens it takes at once: what a
+    verify of k drafted tokens costs next to a plain 1-token step."""
+    fig = _base(f"What verifying costs here ({device}): one target forward, by width")
+    fig.update_xaxes(title="tokens in one forward (1 = a plain step; 1 + drafts = a verify)",
+                     type="log", tickvals=widths)
+    fig.update_yaxes(title="ms", rangemode="tozero")
+    base = seconds[0]
+    fig.add_trace(go.Scatter(
+        x=widths, y=[1000 * s for s in seconds], mode="lines+markers", name="forward time",
+        line=dict(color=color("accepted"), width=2),
+        hovertext=[f"{w} tokens: {1000 * s:.0f} ms = {s / base:.2f}x one token"
+                   for w, s in zip(widths, seconds)], hoverinfo="text"))
+    fig.add_hline(y=1000 * base, line=dict(color="#868e96", dash="dot"),
+                  annotation_text="a plain step", name="a plain step")
+    return fig
