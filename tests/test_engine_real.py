@@ -42,7 +42,9 @@ def test_ngram_drafts_a_tree_and_compacts(target):
     kv = [e for e in res.events if isinstance(e, ev.KVUpdated)]
     for e in kv:
         assert e.target_after == e.target_before - len(e.dropped)
-        assert e.target_after == e.kept[-1] + 1
+        # the root and the accepted path now sit contiguously from the root's position (the
+        # path may take a later branch, so its source positions need not be contiguous)
+        assert e.target_after == e.kept[0] + len(e.kept)
 
 
 def test_trace_round_trip(target, tmp_path):

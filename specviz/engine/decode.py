@@ -66,6 +66,7 @@ class Request:
     output: list[int] = field(default_factory=list)
     generator: torch.Generator | None = None
     step: int = 0
+    prefix: list[int] = field(default_factory=list)   # prompt tokens the first verify carries
 
 
 def check_prompt(target: Target, prompt_ids: list[int], settings: GenSettings) -> None:
@@ -103,8 +104,10 @@ def run(target: Target, prompt_ids: list[int], settings: GenSettings, drafter: D
                   generator=None if sp.greedy else torch.Generator().manual_seed(settings.seed))
     taps = drafter.taps if drafter else ()
     feats: dict[int, torch.Tensor] = {}
-    if len(prompt_ids) > 1:
+    if len(prompt_ids) > 1 and taps:   # the drafter needs the prompt's features to draft
         feats = target.forward(prompt_ids[:-1], req.cache, taps=taps, logits_for="last").taps
+    elif len(prompt_ids) > 1:          # else the prompt rides along with the first verify
+        req.prefix = list(prompt_ids[:-1])
     if drafter:
         req.drafter_state = drafter.start(list(prompt_ids), feats)
 
@@ -145,7 +148,7 @@ def target_probs(logits: torch.Tensor, p_rows: torch.Tensor, tree: DraftTree,
 def step(target: Target, drafter: Drafter | None, req: Request, sp: SamplingParams,
          clock) -> Iterator[ev.Event]:
     """One round: draft -> verify -> accept -> update."""
-    past = Target.cache_len(req.cache)
+    past = Target.cache_len(req.cache) + len(req.prefix)
     remaining = req.settings.max_new_tokens - len(req.output)
     max_depth = max(0, min(remaining - 1, target.max_len - past - 2))
 
@@ -170,8 +173,13 @@ def step(target: Target, drafter: Drafter | None, req: Request, sp: SamplingPara
 
     # verify: one target forward over the whole tree
     t = time.perf_counter()
-    out = target.forward(tree.tokens, req.cache, parents=tree.parents if len(tree) > 1 else None,
-                         taps=drafter.taps if drafter else ())
+    chain = all(p == i - 1 for i, p in enumerate(tree.parents))
+    prefix, req.prefix = req.prefix, []
+    if prefix and not chain:   # a tree after a whole prompt: a separate causal prefill
+        target.forward(prefix, req.cache, logits_for="last")
+        prefix = []
+    out = target.forward(prefix + tree.tokens, req.cache, parents=None if chain else tree.parents,
+                         taps=drafter.taps if drafter else (), logits_for=len(tree))
     p_rows = out.logits if sp.greedy else probs(out.logits, sp)  # greedy needs argmax only
     verdict = verify(tree, p_rows, sp, req.generator)
     verify_s = time.perf_counter() - t

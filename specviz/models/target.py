@@ -134,13 +134,14 @@ class Target:
     # --- forward ---------------------------------------------------------------------------
     @torch.inference_mode()
     def forward(self, tokens: list[int], cache: DynamicCache, parents: list[int] | None = None,
-                taps: tuple[int, ...] = (), logits_for: str = "all") -> Output:
+                taps: tuple[int, ...] = (), logits_for: str | int = "all") -> Output:
         """Run k new tokens after the cached prefix; the cache grows by k.
 
         parents: tree parents (node 0's parent -1) for a draft tree; None means a causal chain.
         Positions are past_len + depth. taps: hidden_states indices to return (0 = embeddings,
         i = output of decoder layer i-1, n_layers = final normed state before the LM head).
-        logits_for: "all" rows, or "last" row only (prefill).
+        logits_for: "all" rows, the "last" row only (prefill), or the last n rows (a verify
+        whose input starts with prompt tokens that need no logits).
         """
         past = cache.get_seq_length()
         k = len(tokens)
@@ -155,7 +156,8 @@ class Target:
                                use_cache=True, output_hidden_states=bool(taps),
                                **{self._cache_kw: cache})
         h = out.last_hidden_state[0]
-        rows = h if logits_for == "all" else h[-1:]
+        n = k if logits_for == "all" else 1 if logits_for == "last" else logits_for
+        rows = h[k - n:]
         logits = self.lm_head(rows).float()
         tapped = {}
         if taps:
