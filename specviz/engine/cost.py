@@ -16,6 +16,8 @@ import time
 import weakref
 from typing import Callable, Sequence
 
+import torch
+
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 CONTEXT = 64
 
@@ -51,11 +53,14 @@ class ForwardCost:
         target.forward(context, cache, logits_for="last")
         widths = [w for w in WIDTHS if n + w <= target.max_len] or [1]
         times: list[list[float]] = [[] for _ in widths]
+        sync = torch.cuda.synchronize if target.device.type == "cuda" else (lambda: None)
         for _ in range(reps):
             for j, width in enumerate(widths):
                 parents = None if width == 1 else [-1] + list(range(width - 1))
+                sync()
                 t = time.perf_counter()
                 target.forward((context * width)[:width], cache, parents=parents)
+                sync()                 # CUDA runs asynchronously: time the work, not the launch
                 times[j].append(time.perf_counter() - t)
                 Target.crop(cache, n)
         return cls(widths, list(itertools.accumulate(map(min, times), max)))
