@@ -23,15 +23,17 @@ from torch import nn
 ROWS_HINT = 8  # the packing is tuned for this many rows (a typical verify width); any count works
 
 
+_LINEAR = getattr(torch.ops.mkldnn, "_linear_pointwise", None)  # looked up once: µs per call
+
+
 @functools.cache
 def available() -> bool:
     """The private oneDNN ops exist and agree with F.linear on a small random case."""
-    if not torch.backends.mkldnn.is_available():
+    if _LINEAR is None or not torch.backends.mkldnn.is_available():
         return False
     try:
         w, b, x = torch.randn(48, 32), torch.randn(48), torch.randn(3, 32)
-        y = torch.ops.mkldnn._linear_pointwise(x, torch.ops.mkldnn._reorder_linear_weight(w, 3),
-                                                b, "none", [], "")
+        y = _LINEAR(x, torch.ops.mkldnn._reorder_linear_weight(w, 3), b, "none", [], "")
     except (AttributeError, RuntimeError):
         return False
     return torch.allclose(y, F.linear(x, w, b), rtol=1e-4, atol=1e-4)
@@ -44,21 +46,26 @@ class Prepacked:
     another device or dtype, or without the op, it is plain F.linear."""
 
     def __init__(self):
-        self._key: tuple | None = None
+        self._weight: torch.Tensor | None = None        # the tensor packed, as it was then:
+        self._state = (0, -1)                           # (data pointer, version)
         self._packed: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor,
                  bias: torch.Tensor | None = None) -> torch.Tensor:
+        # fast path first: it runs ~200 times per token, so every attribute read counts
+        if (weight is self._weight and x.dtype is torch.float32 and not torch.is_grad_enabled()
+                and (weight.data_ptr(), weight._version) == self._state):
+            return _LINEAR(x, self._packed, bias, "none", [], "")
         if (weight.device.type != "cpu" or weight.dtype != torch.float32 or x.dtype != weight.dtype
                 or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
                 or not available()):
             return F.linear(x, weight, bias)
-        key = (weight.data_ptr(), weight._version, tuple(weight.shape))
-        if key != self._key:
+        state = (weight.data_ptr(), weight._version)
+        if weight is not self._weight or state != self._state:
             with torch.no_grad():
                 self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
-            self._key = key
-        return torch.ops.mkldnn._linear_pointwise(x, self._packed, bias, "none", [], "")
+            self._weight, self._state = weight, state
+        return _LINEAR(x, self._packed, bias, "none", [], "")
 
 
 class PackedLinear(nn.Linear):
