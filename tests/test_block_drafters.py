@@ -103,13 +103,19 @@ def test_markov_bias_exact(tiny_target):
     assert torch.allclose(logits[False][1].q_rows[1][TINY_VOCAB], torch.softmax(U[0], -1), atol=1e-5)
 
 
-def test_confidence_prefix_and_truncation(tiny_target):
-    t = tiny_target
+def confident_dspark(t):
+    """A tiny DSpark whose confidence head is biased up (so prefixes are long), a prompt and
+    its target features."""
     m = tiny_dspark(t)
     with torch.no_grad():
         m.conf.bias.fill_(2.0)
     ids = t.encode("Write a haiku about rain.")
-    feats = t.forward(ids[:-1], t.new_cache(), taps=TINY_TAPS).taps
+    return m, ids, t.forward(ids[:-1], t.new_cache(), taps=TINY_TAPS).taps
+
+
+def test_confidence_prefix_and_truncation(tiny_target):
+    t = tiny_target
+    m, ids, feats = confident_dspark(t)
     d = DSparkDrafter(t, m, DSparkSettings(block_size=8, threshold=0.6))
     tree = d.draft(d.start(ids, feats), ids[-1], SamplingParams(), None)
     s = tree.schedule
@@ -181,11 +187,7 @@ def test_free_run_on_a_sequence_too_short_for_a_block(tiny_target):
 
 def test_hardware_scheduler_under_greedy(tiny_target):
     t = tiny_target
-    m = tiny_dspark(t)
-    with torch.no_grad():
-        m.conf.bias.fill_(2.0)
-    ids = t.encode("Write a haiku about rain.")
-    feats = t.forward(ids[:-1], t.new_cache(), taps=TINY_TAPS).taps
+    m, ids, feats = confident_dspark(t)
     steep = ForwardCost([1, 2], [0.010, 0.014])          # 4 ms per verified draft
     d = DSparkDrafter(t, m, DSparkSettings(block_size=8), steep)
     tree = d.draft(d.start(ids, feats), ids[-1], SamplingParams(), None)
