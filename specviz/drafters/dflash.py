@@ -186,5 +186,5 @@ def build_dflash(target, settings: DFlashSettings) -> DFlashDrafter:
     bb = BlockBackbone(LayerShape.of(target, ffn=cfg["ffn"]), tensors["vocab"], target.vocab,
                        cfg["layers"], tuple(cfg["taps"]))
     bb.load_state_dict(tensors)
-    return DFlashDrafter(target, pack_linears(bb.to(target.device, target.dtype).eval()), settings.block_size,
-                         settings.window)
+    return DFlashDrafter(target, pack_linears(bb.to(target.device, target.dtype).eval()),
+                         settings.block_size, settings.window)

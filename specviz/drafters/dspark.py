@@ -134,5 +134,6 @@ def build_dspark(target, settings: DSparkSettings) -> DSparkDrafter:
     if settings.block_size > model.block:
         raise DrafterUnavailable(f"dspark was trained with blocks of {model.block}; "
                                  f"choose block_size <= {model.block}")
-    return DSparkDrafter(target, pack_linears(model.to(target.device, target.dtype).eval()), settings,
-                         forward_cost(target) if settings.scheduler == "hardware" else None)
+    cost = forward_cost(target) if settings.scheduler == "hardware" else None
+    return DSparkDrafter(target, pack_linears(model.to(target.device, target.dtype).eval()),
+                         settings, cost)

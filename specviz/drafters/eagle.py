@@ -39,7 +39,6 @@ class FrozenTargetParts(nn.Module):
         self.register_buffer("emb_w", target.embed.weight.detach().float(), persistent=False)
         self.register_buffer("head_w", target.lm_head.weight.detach().float()[vocab_ids],
                              persistent=False)
-
         self.head_mm = Prepacked()
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -105,7 +104,8 @@ def build_eagle1(target, settings: None) -> EagleDrafter:
 
 
 def build_eagle2(target, settings: Eagle2Settings) -> EagleDrafter:
-    return EagleDrafter(load_head(target), settings, forward_cost(target) if settings.auto_budget else None)
+    cost = forward_cost(target) if settings.auto_budget else None
+    return EagleDrafter(load_head(target), settings, cost)
 
 
 # --- training ---------------------------------------------------------------------------------

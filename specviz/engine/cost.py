@@ -69,8 +69,8 @@ class ForwardCost:
 class Acceptance:
     """How often the verifier accepts a draft token the drafter gave probability q: one Beta
     estimate per tenth of [0, 1], centred on q itself until the request's own verified nodes
-    say otherwise (greedy verification accepts a draft that matches the target's argmax, so a
-    draft 40% sure of its top token can be right far more often than 40%)."""
+    say otherwise (greedy verification accepts a draft that matches the target's argmax, so
+    acceptance need not equal q)."""
 
     BINS = 10
 
@@ -93,16 +93,14 @@ class Acceptance:
         accepted draft tokens), every child of an accepted node was tested; one was accepted."""
         node = 0
         for nxt in list(committed[1:]) + [None]:
-            kids = [i for i in range(1, len(parents)) if parents[i] == node]
             hit = None
-            for i in kids:
-                if probs[i] is not None:
-                    b = self._bin(probs[i])
-                    self.tested[b] += 1
-                    if tokens[i] == nxt and hit is None:
-                        self.accepted[b] += 1
-                if tokens[i] == nxt and hit is None:
+            for i in (i for i in range(1, len(parents)) if parents[i] == node):
+                accepted = hit is None and tokens[i] == nxt
+                if accepted:
                     hit = i
+                if probs[i] is not None:
+                    self.tested[self._bin(probs[i])] += 1
+                    self.accepted[self._bin(probs[i])] += accepted
             if hit is None:
                 return
             node = hit

@@ -48,15 +48,12 @@ class Target:
         self.eos_ids |= {gen_eos} if isinstance(gen_eos, int) else set(gen_eos or [])
 
     @classmethod
-    def load(cls, name: str = EMBEDDED, device: str = "auto", threads: int | None = None,
-             packed: bool = True) -> "Target":
-        """packed: prepack the linear layers for oneDNN on CPU (kernels.py; same numbers)."""
+    def load(cls, name: str = EMBEDDED, device: str = "auto", threads: int | None = None) -> "Target":
+        """The model with its linear layers prepacked for oneDNN on CPU (kernels.py)."""
         if threads:
             torch.set_num_threads(threads)
         model, tok, model_id = load_model(name, device)
-        if packed:
-            pack_linears(model)
-        target = cls(model, tok, model_id)
+        target = cls(pack_linears(model), tok, model_id)
         target.warm_up()
         return target
 
