@@ -10,8 +10,8 @@ import gc
 import pytest
 import torch
 
-from specviz.drafters.ngram import CONTEXT, NgramDrafter, NgramSettings, depth_for, depth_for_cost, trie
-from specviz.engine.cost import ForwardCost
+from specviz.drafters.ngram import CONTEXT, Evidence, NgramDrafter, NgramSettings, depth_for, trie
+from specviz.engine.cost import ForwardCost, best_budget
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import (DraftTree, additive_mask, ancestor_mask, children, depths,
                                  paths)
@@ -177,25 +177,40 @@ def test_ngram_store_carries_tokens_across_requests():
     assert not tree.fallback
 
 
-def test_ngram_depth_follows_the_expected_run():
-    assert depth_for(0.7, 0.1, 8) == 3      # a = 0.41: a^3 < 0.1
-    assert depth_for(1.0, 0.1, 8) == 4      # a = 0.5
-    assert depth_for(4.0, 0.1, 8) == 8      # a = 0.8 wants 11: capped at max_draft
-    assert depth_for(0.0, 0.1, 8) == 1
-    depths = [depth_for(m / 4, 0.1, 16) for m in range(1, 40)]
+def test_ngram_depth_follows_the_survival_curve():
+    assert depth_for([0.5, 0.2, 0.05, 0.01], 0.1) == 3       # s_3 < 0.1: the third is drafted
+    assert depth_for([0.9] * 8, 0.1) == 8                     # never below: the whole curve
+    assert depth_for([0.0], 0.1) == 1
+    geometric = lambda a: [a ** i for i in range(1, 17)]       # noqa: E731
+    depths = [depth_for(geometric(a / 40), 0.1) for a in range(1, 40)]
     assert depths == sorted(depths)
+
+
+def test_ngram_evidence_tells_copies_from_misses():
+    """Copying is bimodal: a kind whose drafts either fail at once or run to the end keeps a
+    high rate for later tokens, so it still drafts deep; the first-token rate falls."""
+    ev = Evidence()
+    for accepted in (8, 0, 0, 8, 0, 8):
+        ev.record(depth=8, accepted=accepted)
+    assert (ev.drafts, ev.first, ev.later_tries, ev.later) == (6, 3, 21, 21)
+    s = ev.survival(prior_mean=0.5, depth=8)
+    assert 0.45 < s[0] < 0.46 and 0.94 < s[1] / s[0] < 0.95   # (3 + 2/3)/8, (21 + 2/3)/23
+    assert all(x >= y for x, y in zip(s, s[1:]))
+    assert depth_for(s, 0.1) == 8
+    miss = Evidence()
+    miss.record(depth=4, accepted=1)                              # first accepted, second not
+    assert (miss.later_tries, miss.later) == (1, 0)
 
 
 def test_ngram_depth_under_a_cost_model():
     flat = ForwardCost([1, 2, 64], [0.040, 0.046, 0.046])       # wider verifies are free
-    assert depth_for_cost(0.5, 8, flat) == 8
+    assert best_budget([0.3 ** i for i in range(1, 9)], 0.0, flat) == 8
     steep = ForwardCost([1, 2], [0.040, 0.060])                 # 20 ms per drafted token
-    assert depth_for_cost(4.0, 8, steep) == 2   # a = .8: 1/.04 = 25, 1.8/.06 = 30, 2.44/.08 = 30.5, 2.95/.1
-    assert depth_for_cost(0.2, 8, steep) == 0                   # nothing pays: the step is gated
     d = NgramDrafter(NgramSettings(min_expected=0.0), cost=steep)
     state = d.start([1, 2, 3, 9, 1, 2], {})
-    for n in (1, 2, 3):
-        state.tries[(CONTEXT, n)] += 20                         # weak kinds: n = 3 has mean 0.18
+    for n in (1, 2, 3):                                         # weak kinds: 20 failed drafts
+        for _ in range(20):
+            state.evidence[(CONTEXT, n)].record(depth=3, accepted=0)
     tree = d.draft(state, 3, SamplingParams(), None)
     assert tree.fallback and "pays" in tree.note
     sampled = d.draft(state, 3, SamplingParams(temperature=1.0), None)   # no timing under sampling
@@ -211,6 +226,7 @@ def test_ngram_uses_the_match_kind_that_pays_off():
     state = d.start([5, 6, 20, 21, 5, 6], {})     # "5 6" continues as 20 21 here, 7 8 in the store
     tree = d.draft(state, 6, SamplingParams(), None)
     assert tree.tokens[:2] == [6, 20] and "context" in tree.note
-    state.tries[(CONTEXT, 2)] += 3                # three context drafts, none accepted
+    for _ in range(3):                            # three context drafts, none accepted
+        state.evidence[(CONTEXT, 2)].record(depth=2, accepted=0)
     tree = d.draft(state, 6, SamplingParams(), None)
-    assert tree.tokens == [6, 7, 8, 9] and "store" in tree.note   # depth 3 at expected 0.5
+    assert tree.tokens == [6, 7, 8, 9] and "store" in tree.note   # depth 3 at s_3 = 1/27 < 0.1

@@ -122,10 +122,9 @@ class Eagle1Trainable:
         f = batch[f"h{self.taps[0]}"]
         noise = (torch.rand(f.shape, generator=generator, device=f.device) - 0.5) * self.noise
         out, logits = fh.unroll(self.module, batch, 1, g0=f + noise)[0]
-        w = fh.shift(batch["valid"], 1)
         reg = F.smooth_l1_loss(out, fh.shift(f, 1), reduction="none").mean(-1)
         ce, wc = fh.soft_ce(logits, batch, self.t2d.to(f.device), 1)
-        reg = (reg * w).sum() / w.sum().clamp(min=1)
+        reg = (reg * wc).sum() / wc.sum().clamp(min=1)
         ce = (ce * wc).sum() / wc.sum().clamp(min=1)
         return reg + 0.1 * ce, {"reg": reg.detach(), "ce": ce.detach()}
 

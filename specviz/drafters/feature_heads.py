@@ -27,6 +27,7 @@ from specviz.engine.cost import Acceptance, ForwardCost, best_budget, worth_draf
 from specviz.engine.sampling import SamplingParams, draw
 from specviz.engine.tree import DraftTree
 from specviz.models.kernels import pack_linears
+from specviz.train import distill
 
 
 @dataclass
@@ -326,30 +327,32 @@ def unroll(head, batch: dict, steps: int, g0: torch.Tensor | None = None,
     return res
 
 
+def response_weight(batch: dict, offset: int) -> torch.Tensor:
+    """[B, T] 1 where the label row i + offset lies in the crop and the token it predicts
+    (i + offset + 1) is a response token: drafters never predict the prompt at inference, and the
+    fixed system prompt would otherwise be memorised and inflate held-out scores."""
+    return shift(batch["valid"] * batch["loss_mask"], offset + 1)
+
+
 def soft_ce(logits: torch.Tensor, batch: dict, t2d: torch.Tensor, offset: int
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy of draft logits [B, T, Vd] at chain i against the target distribution at
     position i+offset (top-k soft labels restricted to the draft vocabulary, renormalised).
-    Returns (per-position loss [B, T], weight [B, T]: valid and inside the sequence)."""
-    ids = shift(batch["topk_ids"], offset)
-    p = shift(batch["topk_p"], offset).float()
-    d = t2d[ids]                                            # -1 outside the draft vocab
-    p = p * (d >= 0)
-    mass = p.sum(-1, keepdim=True)
-    lp = F.log_softmax(logits.float(), -1).gather(-1, d.clamp(min=0))
-    loss = -(p / mass.clamp(min=1e-6) * lp).sum(-1)
-    w = shift(batch["valid"], offset) * (mass[..., 0] > 0)
-    return loss, w
+    Returns (per-position loss [B, T], weight [B, T]: response labels inside the crop)."""
+    d = t2d[shift(batch["topk_ids"], offset)]               # -1 outside the draft vocab
+    p = shift(batch["topk_p"], offset).float() * (d >= 0)
+    loss = distill.soft_ce(logits.float(), d.clamp(min=0), p)
+    return loss, response_weight(batch, offset) * (p.sum(-1) > 0)
 
 
 def hits(logits_by_step: list[torch.Tensor], batch: dict, t2d: torch.Tensor) -> torch.Tensor:
     """[n, D] bool: whether step j's argmax is the target's argmax at position i+1+j, for the
-    start positions i whose D targets all lie inside the sequence."""
+    start positions i whose D targets all lie inside the sequence and are response tokens."""
     D = len(logits_by_step)
     tgt = batch["topk_ids"][..., 0]
     cols = [(lg.argmax(-1) == shift(t2d[tgt], 1 + j)) for j, lg in enumerate(logits_by_step)]
     h = torch.stack(cols, -1)                               # [B, T, D]
-    ok = shift(batch["valid"], D) > 0
+    ok = (shift(batch["valid"], D) > 0) & (response_weight(batch, 1) > 0)
     return h[ok]
 
 

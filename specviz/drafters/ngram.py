@@ -8,23 +8,24 @@ frequency, common prefixes merged), so tree verification is exercised by a real 
 
 A match-quality gate keeps the loop honest on hardware where verifying several tokens costs
 more than one plain step. Each kind of match, (source, n) with source the request's own context
-or the cross-request store, keeps a running mean of the draft tokens it got accepted, with a
-prior (longer matches and the request's own context are trusted more). The state is updated from
-past steps only, so candidates never depend on this step's target output. A step uses the
-available kind with the best mean:
+or the cross-request store, keeps its record (`Evidence`): how often its first draft token was
+accepted, and how often a later draft token was accepted once its parent was. Copying is
+bimodal (a match either is a copy, and then runs on, or fails at once), which these two rates
+capture and a single mean does not. Priors trust longer matches and the request's own context
+more. The record is updated from past steps only, so candidates never depend on this step's
+target output. A step uses the available kind with the most expected accepted tokens:
 - below `min_expected` the step falls back to a plain target step, marked `fallback` in its
   event (a gated kind is re-probed every `reprobe` gated steps);
-- otherwise the tree depth follows the mean, read as a geometric acceptance run with per-token
-  rate a = m / (1 + m). Under greedy decoding with the target's measured cost model, the depth
-  maximises expected tokens per verify second (`cost.best_budget`; depth 0 gates the step).
-  Otherwise (sampling: a seed must fix the output, and timings differ run to run) drafting
-  stops where a^depth < `tail` (a weak match drafts 2-3 tokens, a strong one up to
-  `max_draft`). The tree gets 1.5 x depth nodes at most.
+- otherwise the tree depth follows the kind's survival curve s_i (draft tokens 1..i all
+  accepted). Under greedy decoding with the target's measured cost model, the depth maximises
+  expected tokens per verify second (`cost.best_budget`; depth 0 gates the step). Otherwise
+  (sampling: a seed must fix the output, and timings differ run to run) drafting stops where
+  s_i < `tail` (a weak match drafts 2-3 tokens, a copy up to `max_draft`). The tree gets
+  1.5 x depth nodes at most.
 Continuations stop at a special token (chat-template markers are never worth drafting across).
 """
 from __future__ import annotations
 
-import math
 import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -37,15 +38,40 @@ from specviz.engine.tree import DraftTree
 
 NS = (3, 2, 1)
 CONTEXT, STORE = "context", "store"
-# expected accepted tokens before any evidence, per kind of match (source, n)
+# expected accepted tokens before any evidence, per kind of match (source, n), read as a
+# geometric run: every draft token accepted with rate m / (1 + m)
 PRIOR = {(CONTEXT, 3): 2.0, (CONTEXT, 2): 1.0, (CONTEXT, 1): 0.5,
          (STORE, 3): 1.0, (STORE, 2): 0.5, (STORE, 1): 0.25}
-PRIOR_WEIGHT = 2.0                  # worth this many observed drafts
+PRIOR_WEIGHT = 2.0                  # worth this many observed draft tokens, for each rate
+
+
+@dataclass
+class Evidence:
+    """One kind of match's record: drafts and how many had their first token accepted; draft
+    tokens after the first that were verified with their parent accepted, and how many of
+    those were accepted."""
+    drafts: int = 0
+    first: int = 0
+    later_tries: int = 0
+    later: int = 0
+
+    def record(self, depth: int, accepted: int) -> None:
+        self.drafts += 1
+        self.first += accepted >= 1
+        self.later_tries += max(0, min(accepted + 1, depth) - 1)
+        self.later += max(0, accepted - 1)
+
+    def survival(self, prior_mean: float, depth: int) -> list[float]:
+        """s_i for i = 1..depth: the chance that draft tokens 1..i are all accepted."""
+        a, w = prior_mean / (1.0 + prior_mean), PRIOR_WEIGHT
+        r1 = (self.first + a * w) / (self.drafts + w)
+        rc = (self.later + a * w) / (self.later_tries + w)
+        return [r1 * rc ** i for i in range(depth)]
 
 
 @dataclass(frozen=True)
 class NgramSettings:
-    max_draft: int = 8        # tokens per branch
+    max_draft: int = 10       # tokens per branch
     branches: int = 3         # distinct continuations merged into the tree
     budget: int = 12          # draft nodes at most (root excluded)
     min_expected: float = 0.2  # gate: expected accepted tokens per draft (0 disables)
@@ -64,13 +90,14 @@ class NgramSettings:
 class NgramState:
     tokens: list[int]          # committed tokens except the root (mirrors the target cache)
     index: dict[tuple[int, ...], list[int]] = field(default_factory=lambda: defaultdict(list))
-    tries: Counter = field(default_factory=Counter)
-    accepted: Counter = field(default_factory=Counter)
+    evidence: dict[tuple[str, int], Evidence] = field(
+        default_factory=lambda: defaultdict(Evidence))
     gated: Counter = field(default_factory=Counter)
     last_kind: tuple[str, int] | None = None
+    last_depth: int = 0
 
-    def expected(self, kind: tuple[str, int]) -> float:
-        return (self.accepted[kind] + PRIOR[kind] * PRIOR_WEIGHT) / (self.tries[kind] + PRIOR_WEIGHT)
+    def survival(self, kind: tuple[str, int], depth: int) -> list[float]:
+        return self.evidence[kind].survival(PRIOR[kind], depth)
 
     def add(self, start: int) -> None:
         """Index every n-gram ending at positions >= start."""
@@ -159,14 +186,15 @@ class NgramDrafter:
         state.last_kind = None
         if not kinds:
             return DraftTree.root_only(root, fallback=True, note="no n-gram match (n = 3..1)")
-        kind = max(kinds, key=state.expected)          # ties: the first (longest, own context)
-        expected = state.expected(kind)
+        survival = {k: state.survival(k, s.max_draft) for k in kinds}
+        kind = max(kinds, key=lambda k: sum(survival[k]))   # ties: the first (longest, context)
+        expected = sum(survival[kind])
         where = f"n={kind[1]} match in the {kind[0]}"
         if self.cost is not None and sp.greedy:
-            depth = depth_for_cost(expected, s.max_draft, self.cost)
+            depth = best_budget(survival[kind], 0.0, self.cost)   # drafting costs ~nothing
             why = "no draft depth pays for its verify time" if depth == 0 else ""
         else:
-            depth, why = depth_for(expected, s.tail, s.max_draft), ""
+            depth, why = depth_for(survival[kind], s.tail), ""
         if expected < s.min_expected:
             why = f"{expected:.2f} < {s.min_expected:.2f} expected accepted tokens"
         if why:
@@ -179,17 +207,16 @@ class NgramDrafter:
         cut = self._continuations(state, toks, kind, kinds[kind], depth)
         if not cut:   # the store evicted the key since _kinds looked
             return DraftTree.root_only(root, fallback=True, note=f"{where} evicted meanwhile")
-        state.last_kind = kind
         top = [c for c, _ in cut.most_common(s.branches)]
         tree = trie(root, top, min(s.budget, (3 * depth + 1) // 2))
+        state.last_kind, state.last_depth = kind, max(tree.depths)
         tree.note = f"{where}, {len(top)} continuation(s), expected {expected:.2f} accepted"
         return tree
 
     def commit(self, state: NgramState, tokens: list[int], feats) -> None:
         # tokens = root + accepted nodes, as they entered the target cache
         if state.last_kind:
-            state.tries[state.last_kind] += 1
-            state.accepted[state.last_kind] += len(tokens) - 1
+            state.evidence[state.last_kind].record(state.last_depth, len(tokens) - 1)
         start = len(state.tokens)
         state.tokens.extend(tokens)
         state.add(start)
@@ -198,22 +225,13 @@ class NgramDrafter:
         return None
 
 
-def depth_for(expected: float, tail: float, max_draft: int) -> int:
-    """Draft depth for a match kind whose drafts got `expected` tokens accepted on average:
-    with per-token acceptance a = m / (1 + m) (a geometric run of mean m), the smallest depth
-    with a^depth < tail, within 1..max_draft."""
-    if expected <= 0:
-        return 1
-    a = expected / (1.0 + expected)
-    return max(1, min(max_draft, math.ceil(math.log(tail) / math.log(a))))
-
-
-def depth_for_cost(expected: float, max_draft: int, cost: ForwardCost) -> int:
-    """Greedy decoding with a measured cost model: the depth (0..max_draft) that maximises
-    expected tokens per verify second, with the same geometric reading of the mean (draft token
-    i is accepted with probability a^i, a = m / (1 + m)); drafting itself costs ~nothing."""
-    a = expected / (1.0 + expected) if expected > 0 else 0.0
-    return best_budget([a ** i for i in range(1, max_draft + 1)], 0.0, cost)
+def depth_for(survival: list[float], tail: float) -> int:
+    """Draft depth without a cost model: the first i whose survival s_i drops below `tail`
+    (that token is still drafted), else the whole curve; at least 1."""
+    for i, s_i in enumerate(survival, 1):
+        if s_i < tail:
+            return i
+    return max(1, len(survival))
 
 
 def trie(root: int, continuations: list[tuple[int, ...]], budget: int) -> DraftTree:
