@@ -20,6 +20,7 @@ from transformers import DynamicCache, LlamaForCausalLM
 from specviz.drafters import feature_heads as fh
 from specviz.drafters import weights
 from specviz.drafters.eagle import DRAFT_VOCAB
+from specviz.drafters.layers import vocab_lookup
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 from specviz.models.kernels import Prepacked, pack_linears
@@ -167,7 +168,7 @@ class DraftTrainable:
 
     def __init__(self, model: DraftModel):
         self.module = model
-        self.t2d = fh.t2d_table(model.vocab_ids, model.vocab)
+        self.t2d = vocab_lookup(model.vocab_ids, model.vocab)
 
     def loss(self, batch, generator):
         logits = self.module(batch["tokens"])

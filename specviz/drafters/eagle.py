@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specviz.drafters import feature_heads as fh
-from specviz.drafters.layers import DecoderLayer, LayerShape
+from specviz.drafters.layers import DecoderLayer, LayerShape, vocab_lookup
 from specviz.engine.cost import forward_cost
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
@@ -116,7 +116,7 @@ class Eagle1Trainable:
         self.module = head
         self.taps = head.taps
         self.noise = noise
-        self.t2d = fh.t2d_table(head.vocab_ids, head.vocab)
+        self.t2d = vocab_lookup(head.vocab_ids, head.vocab)
 
     def loss(self, batch, generator):
         f = batch[f"h{self.taps[0]}"]

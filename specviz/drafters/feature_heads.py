@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from specviz.drafters import weights
+from specviz.drafters.layers import vocab_lookup, widen
 from specviz.engine.cost import Acceptance, ForwardCost, best_budget, worth_drafting
 from specviz.engine.sampling import SamplingParams, draw
 from specviz.engine.tree import DraftTree
@@ -277,15 +278,9 @@ def pick(head, logits: torch.Tensor, sp: SamplingParams, generator: torch.Genera
          ) -> tuple[int, float, torch.Tensor | None, float]:
     """sampling.draw over the target vocabulary from [Vd] draft logits, plus the token's
     confidence (its draft probability at T=1, shown in the UI)."""
-    full = full_logits(head, logits)
+    full = widen(logits.float(), head.vocab_ids, head.vocab)
     tok, q, row = draw(full, sp, generator)
     return tok, q, row, float(torch.softmax(full, -1)[tok])
-
-
-def full_logits(head, logits: torch.Tensor) -> torch.Tensor:
-    """[Vd] draft logits -> [V] target-vocab logits (-inf outside the draft vocabulary)."""
-    full = torch.full((head.vocab,), float("-inf"), device=logits.device)
-    return full.index_copy(0, head.vocab_ids, logits.float())
 
 
 # --- training-time unroll --------------------------------------------------------------------
@@ -339,9 +334,9 @@ def soft_ce(logits: torch.Tensor, batch: dict, t2d: torch.Tensor, offset: int
     """Cross-entropy of draft logits [B, T, Vd] at chain i against the target distribution at
     position i+offset (top-k soft labels restricted to the draft vocabulary, renormalised).
     Returns (per-position loss [B, T], weight [B, T]: response labels inside the crop)."""
-    d = t2d[shift(batch["topk_ids"], offset)]               # -1 outside the draft vocab
-    p = shift(batch["topk_p"], offset).float() * (d >= 0)
-    loss = distill.soft_ce(logits.float(), d.clamp(min=0), p)
+    d, p = distill.to_draft(shift(batch["topk_ids"], offset), shift(batch["topk_p"], offset).float(),
+                            t2d, logits.shape[-1])
+    loss = distill.soft_ce(logits.float(), d, p)
     return loss, response_weight(batch, offset) * (p.sum(-1) > 0)
 
 
@@ -356,12 +351,6 @@ def hits(logits_by_step: list[torch.Tensor], batch: dict, t2d: torch.Tensor) -> 
     return h[ok]
 
 
-def t2d_table(vocab_ids: torch.Tensor, vocab: int) -> torch.Tensor:
-    t = torch.full((vocab,), -1, dtype=torch.long, device=vocab_ids.device)
-    t[vocab_ids] = torch.arange(len(vocab_ids), device=vocab_ids.device)
-    return t
-
-
 class UnrolledTrainable:
     """Training shared by EAGLE-3 and P-EAGLE: unroll `steps` drafter steps (training-time test;
     P-EAGLE's steps are its parallel positions) with loss sum_j decay^j * soft CE against the
@@ -370,7 +359,7 @@ class UnrolledTrainable:
     def __init__(self, head, steps: int, decay: float = 0.8):
         self.module, self.steps, self.decay = head, steps, decay
         self.taps = head.taps
-        self.t2d = t2d_table(head.vocab_ids, head.vocab)
+        self.t2d = vocab_lookup(head.vocab_ids, head.vocab)
 
     def unrolled(self, batch):
         return unroll(self.module, batch, self.steps)

@@ -146,12 +146,19 @@ class DraftHead:
         return self.mm(h.to(self.weight.dtype), self.weight).float()
 
     def full(self, logits: torch.Tensor) -> torch.Tensor:
-        out = logits.new_full((*logits.shape[:-1], self.size), float("-inf"))
-        return out.index_copy(-1, self.vocab, logits)
+        return widen(logits, self.vocab, self.size)
+
+
+def widen(logits: torch.Tensor, vocab: torch.Tensor, size: int) -> torch.Tensor:
+    """[..., Vd] draft-vocabulary logits -> [..., size] target-vocabulary logits, -inf outside
+    the draft vocabulary `vocab` (target ids)."""
+    out = logits.new_full((*logits.shape[:-1], size), float("-inf"))
+    return out.index_copy(-1, vocab.long(), logits)
 
 
 def vocab_lookup(vocab: torch.Tensor, size: int) -> torch.Tensor:
-    """[size] target id -> draft index; ids outside the draft vocabulary map to len(vocab)."""
-    lookup = torch.full((size,), len(vocab), dtype=torch.long)
-    lookup[vocab.long()] = torch.arange(len(vocab))
+    """[size] target id -> draft index; ids outside the draft vocabulary map to len(vocab)
+    (so a draft argmax never equals them)."""
+    lookup = torch.full((size,), len(vocab), dtype=torch.long, device=vocab.device)
+    lookup[vocab.long()] = torch.arange(len(vocab), device=vocab.device)
     return lookup
