@@ -10,7 +10,8 @@ import gc
 import pytest
 import torch
 
-from specviz.drafters.ngram import CONTEXT, Evidence, NgramDrafter, NgramSettings, depth_for, trie
+from specviz.drafters.ngram import (CONTEXT, Evidence, NgramDrafter, NgramSettings, depth_for, prune,
+                                    trie)
 from specviz.engine.cost import ForwardCost, best_budget
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import (DraftTree, additive_mask, ancestor_mask, children, depths,
@@ -141,7 +142,7 @@ def test_truncate_keeps_a_prefix():
 
 
 def test_trie_merges_common_prefixes_in_depth_order():
-    t = trie(100, [(1, 2, 3), (1, 2, 4), (5, 6)], budget=16)
+    t = trie(100, [((1, 2, 3), 5), ((1, 2, 4), 3), ((5, 6), 2)], budget=16)
     assert t.tokens[0] == 100 and t.parents[0] == -1
     # same prefix (1, 2) is shared; the set of root-to-leaf token paths is the continuations
     got = {tuple(t.tokens[i] for i in p[1:]) for p in paths(t.parents)}
@@ -151,16 +152,34 @@ def test_trie_merges_common_prefixes_in_depth_order():
     assert t.depths == [0, 1, 1, 2, 2, 3, 3]
     # best continuation first within each depth (stable sort of insertion order)
     assert t.tokens[1:3] == [1, 5]
+    # confidence: the share of the counts passing through each node
+    share = {t.tokens[i]: c for i, c in enumerate(t.confidence)}
+    assert share[100] is None and share[1] == share[2] == 0.8 and share[3] == 0.5
+    assert share[4] == 0.3 and share[5] == share[6] == 0.2
 
 
 def test_trie_budget_counts_draft_nodes():
-    t = trie(0, [(1, 2, 3, 4), (1, 7, 8), (9,)], budget=5)
+    t = trie(0, [((1, 2, 3, 4), 1), ((1, 7, 8), 1), ((9,), 1)], budget=5)
     assert len(t) - 1 == 5
     got = {tuple(t.tokens[i] for i in p[1:]) for p in paths(t.parents)}
     # the best continuation fully, then as much of the next as fits; the third gets nothing
     assert got == {(1, 2, 3, 4), (1, 7)}
-    assert trie(0, [(1, 2, 3)], budget=0).tokens == [0]
-    assert trie(0, [(1, 2), (1, 2)], budget=8).tokens == [0, 1, 2]
+    assert trie(0, [((1, 2, 3), 1)], budget=0).tokens == [0]
+    assert trie(0, [((1, 2), 1), ((1, 2), 1)], budget=8).tokens == [0, 1, 2]
+
+
+def test_prune_keeps_the_nodes_worth_their_verify_time():
+    """Under a cost model a rare branch is dropped while the common path stays whole; the
+    result is still a valid depth-ordered tree whose kept nodes keep their parents."""
+    t = trie(0, [((1, 2, 3, 4), 9), ((5, 6), 1)], budget=16)
+    cost = ForwardCost([1, 2, 64], [0.040, 0.041, 0.105])      # 1 ms per extra verified token
+    pruned = prune(t, [0.9, 0.85, 0.8, 0.75], cost)
+    got = {tuple(pruned.tokens[i] for i in p[1:]) for p in paths(pruned.parents)}
+    assert got == {(1, 2, 3, 4)}                                 # the 0.1-share branch does not pay
+    assert pruned.confidence == [None, 0.9, 0.9, 0.9, 0.9]
+    free = ForwardCost([1, 64], [0.040, 0.040])
+    assert len(prune(t, [0.9, 0.85, 0.8, 0.75], free)) == len(t)   # free verifies keep everything
+    assert prune(t, [0.01] * 4, cost).tokens == [0]              # nothing pays: root only
 
 
 def test_ngram_store_carries_tokens_across_requests():

@@ -207,10 +207,16 @@ class NgramDrafter:
         cut = self._continuations(state, toks, kind, kinds[kind], depth)
         if not cut:   # the store evicted the key since _kinds looked
             return DraftTree.root_only(root, fallback=True, note=f"{where} evicted meanwhile")
-        top = [c for c, _ in cut.most_common(s.branches)]
+        top = cut.most_common(s.branches)
         tree = trie(root, top, min(s.budget, (3 * depth + 1) // 2))
+        note = f"{where}, {len(top)} continuation(s), expected {expected:.2f} accepted"
+        if self.cost is not None and sp.greedy:
+            n = len(tree) - 1
+            tree = prune(tree, survival[kind], self.cost)
+            if len(tree) - 1 < n:
+                note += f"; verifying the {len(tree) - 1} of {n} nodes worth their time"
         state.last_kind, state.last_depth = kind, max(tree.depths)
-        tree.note = f"{where}, {len(top)} continuation(s), expected {expected:.2f} accepted"
+        tree.note = note
         return tree
 
     def commit(self, state: NgramState, tokens: list[int], feats) -> None:
@@ -234,12 +240,14 @@ def depth_for(survival: list[float], tail: float) -> int:
     return max(1, len(survival))
 
 
-def trie(root: int, continuations: list[tuple[int, ...]], budget: int) -> DraftTree:
-    """Merge continuations (best first) into a depth-ordered token tree of at most `budget`
-    draft nodes."""
+def trie(root: int, continuations: list[tuple[tuple[int, ...], int]], budget: int) -> DraftTree:
+    """Merge continuations with their counts (best first) into a depth-ordered token tree of at
+    most `budget` draft nodes. A node's confidence is the share of the counts whose continuation
+    passes through it (how often this path followed the match)."""
+    total = sum(c for _, c in continuations) or 1
     nodes: list[tuple[int, int, int]] = []          # (depth, parent key, token) in insert order
     key_of: dict[tuple[int, ...], int] = {(): 0}
-    for cont in continuations:
+    for cont, _ in continuations:
         for d in range(1, len(cont) + 1):
             prefix = cont[:d]
             if prefix in key_of:
@@ -248,8 +256,27 @@ def trie(root: int, continuations: list[tuple[int, ...]], budget: int) -> DraftT
                 break
             key_of[prefix] = len(nodes) + 1
             nodes.append((d, key_of[cont[:d - 1]], cont[d - 1]))
+    share = [0.0] * (len(nodes) + 1)
+    for cont, count in continuations:
+        for d in range(1, len(cont) + 1):
+            if cont[:d] in key_of:
+                share[key_of[cont[:d]]] += count / total
     order = sorted(range(len(nodes)), key=lambda i: nodes[i][0])   # stable: depth order
     new_id = {0: 0} | {old + 1: new + 1 for new, old in enumerate(order)}
     tokens = [root] + [nodes[i][2] for i in order]
     parents = [-1] + [new_id[nodes[i][1]] for i in order]
-    return DraftTree(tokens, parents)
+    return DraftTree(tokens, parents, confidence=[None] + [share[i + 1] for i in order])
+
+
+def prune(tree: DraftTree, survival: list[float], cost: ForwardCost) -> DraftTree:
+    """Greedy decoding with a cost model: keep the nodes worth their verify time. A node's value
+    is its share times the kind's survival at its depth (a child never outvalues its parent, so
+    ranking by (value, depth) puts parents first); `cost.best_budget` picks how many."""
+    depth = tree.depths
+    value = {i: tree.confidence[i] * survival[depth[i] - 1] for i in range(1, len(tree))}
+    ranked = sorted(value, key=lambda i: (-value[i], depth[i], i))
+    keep = [0] + sorted(ranked[:best_budget([value[i] for i in ranked], 0.0, cost)])
+    new = {old: j for j, old in enumerate(keep)}
+    return DraftTree([tree.tokens[i] for i in keep],
+                     [-1] + [new[tree.parents[i]] for i in keep[1:]],
+                     confidence=[tree.confidence[i] for i in keep])
