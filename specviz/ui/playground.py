@@ -67,7 +67,8 @@ SETTING_HELP = {
     "markov": "Markov head on (true) or the backbone alone (false, an ablation)",
     "window": "context positions the drafter attends to (0 = all)",
     "max_draft": "tokens per matched continuation (at most: weak matches draft fewer)",
-    "branches": "distinct continuations merged into the tree",
+    "branches": "distinct continuations merged into the tree (greedy decoding verifies only "
+                "the nodes worth their measured verify time)",
     "budget": "draft nodes at most",
     "min_expected": "skip drafting when fewer accepted tokens are expected (0 = no floor; under "
                     "greedy decoding a step is also skipped when no depth pays for its verify)",
