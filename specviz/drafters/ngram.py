@@ -247,20 +247,17 @@ def trie(root: int, continuations: list[tuple[tuple[int, ...], int]], budget: in
     total = sum(c for _, c in continuations) or 1
     nodes: list[tuple[int, int, int]] = []          # (depth, parent key, token) in insert order
     key_of: dict[tuple[int, ...], int] = {(): 0}
-    for cont, _ in continuations:
-        for d in range(1, len(cont) + 1):
-            prefix = cont[:d]
-            if prefix in key_of:
-                continue
-            if len(nodes) >= budget:
-                break
-            key_of[prefix] = len(nodes) + 1
-            nodes.append((d, key_of[cont[:d - 1]], cont[d - 1]))
-    share = [0.0] * (len(nodes) + 1)
+    share = [0.0]                                   # by key: counts through the node / total
     for cont, count in continuations:
         for d in range(1, len(cont) + 1):
-            if cont[:d] in key_of:
-                share[key_of[cont[:d]]] += count / total
+            prefix = cont[:d]
+            if prefix not in key_of:
+                if len(nodes) >= budget:
+                    break                           # its deeper prefixes cannot be in the tree
+                key_of[prefix] = len(nodes) + 1
+                nodes.append((d, key_of[cont[:d - 1]], cont[d - 1]))
+                share.append(0.0)
+            share[key_of[prefix]] += count / total
     order = sorted(range(len(nodes)), key=lambda i: nodes[i][0])   # stable: depth order
     new_id = {0: 0} | {old + 1: new + 1 for new, old in enumerate(order)}
     tokens = [root] + [nodes[i][2] for i in order]
