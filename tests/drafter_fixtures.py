@@ -2,8 +2,6 @@
 target (its own greedy answers to a few pool instructions), the same pipeline as the real data."""
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 from specviz.train import data as D
@@ -17,10 +15,3 @@ def tiny_data(tiny_target, tmp_path_factory):
     path = D.build_features(tiny_target, responses, out / "data.safetensors")
     return path
 
-
-def args_for(path, **kw) -> argparse.Namespace:
-    from specviz.train.cli import parser
-    args = parser().parse_args(["--drafter", "x", "--data", str(path)])
-    for k, v in kw.items():
-        setattr(args, k, v)
-    return args

@@ -198,8 +198,7 @@ class DraftTrainable:
                 "assisted generation.")
 
 
-def trainable(target, args, data=None) -> DraftTrainable:
-    from specviz.train.data import TrainData
-    data = data or TrainData(args.data)
-    model = DraftModel(target, data.vocab_by_mass(DRAFT_VOCAB, target.vocab))
+def trainable(target, args) -> DraftTrainable:
+    from specviz.train.data import draft_vocab
+    model = DraftModel(target, draft_vocab(args.data, DRAFT_VOCAB, target.vocab))
     return DraftTrainable(model.init_from_target(target))

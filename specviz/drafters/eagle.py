@@ -147,7 +147,6 @@ class Eagle1Trainable:
                 "(static 20-node tree), `eagle2` (EAGLE-2 dynamic tree, same weights).")
 
 
-def trainable(target, args, data=None) -> Eagle1Trainable:
-    from specviz.train.data import TrainData
-    data = data or TrainData(args.data)
-    return Eagle1Trainable(Eagle1Head(target, data.vocab_by_mass(DRAFT_VOCAB, target.vocab)))
+def trainable(target, args) -> Eagle1Trainable:
+    from specviz.train.data import draft_vocab
+    return Eagle1Trainable(Eagle1Head(target, draft_vocab(args.data, DRAFT_VOCAB, target.vocab)))

@@ -110,7 +110,6 @@ class Eagle3Trainable(fh.UnrolledTrainable):
                 "CE. Strategy `eagle3`: EAGLE-2 dynamic tree (default) or chain (mode=chain).")
 
 
-def trainable(target, args, data=None) -> Eagle3Trainable:
-    from specviz.train.data import TrainData
-    data = data or TrainData(args.data)
-    return Eagle3Trainable(Eagle3Head(target, data.vocab_by_mass(DRAFT_VOCAB, target.vocab)))
+def trainable(target, args) -> Eagle3Trainable:
+    from specviz.train.data import draft_vocab
+    return Eagle3Trainable(Eagle3Head(target, draft_vocab(args.data, DRAFT_VOCAB, target.vocab)))

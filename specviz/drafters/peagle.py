@@ -131,7 +131,6 @@ class PEagleTrainable(fh.UnrolledTrainable):
                 "tokens; loss sum 0.8^k soft CE over the K positions.")
 
 
-def trainable(target, args, data=None) -> PEagleTrainable:
-    from specviz.train.data import TrainData
-    data = data or TrainData(args.data)
-    return PEagleTrainable(PEagleHead(target, data.vocab_by_mass(DRAFT_VOCAB, target.vocab)))
+def trainable(target, args) -> PEagleTrainable:
+    from specviz.train.data import draft_vocab
+    return PEagleTrainable(PEagleHead(target, draft_vocab(args.data, DRAFT_VOCAB, target.vocab)))

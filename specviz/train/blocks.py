@@ -23,7 +23,7 @@ from specviz.drafters.dflash import BlockBackbone
 from specviz.drafters.dspark import DSparkModel
 from specviz.drafters.layers import LayerShape
 from specviz.train import calibrate
-from specviz.train.data import TrainData
+from specviz.train.data import TrainData, draft_vocab
 from specviz.train.distill import head_logits, l1_to_target, soft_ce, to_draft, weighted_mean
 
 ANCHORS = 8          # blocks per training crop
@@ -229,13 +229,9 @@ class BlockTrainable:
                 f"Temperatures T_k: {c['temperatures']}.")
 
 
-def draft_vocab(target, args) -> torch.Tensor:
-    return TrainData(args.data).vocab_by_mass(DRAFT_VOCAB, target.vocab)
-
-
 def dflash(target, args, size: int) -> BlockTrainable:
-    bb = BlockBackbone(LayerShape.of(target), draft_vocab(target, args), target.vocab,
-                       n_layers(args))
+    vocab = draft_vocab(args.data, DRAFT_VOCAB, target.vocab)
+    bb = BlockBackbone(LayerShape.of(target), vocab, target.vocab, n_layers(args))
     bb.init_from_target(target)
     return BlockTrainable(target, bb, size, off=1, gamma_w=7.0 if size >= 16 else 4.0)
 

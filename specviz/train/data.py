@@ -207,6 +207,11 @@ class TrainData:
         return mass.topk(n).indices.sort().values
 
 
+def draft_vocab(path: str | Path, n: int, vocab: int) -> torch.Tensor:
+    """A drafter's reduced vocabulary from the training data file at `path` (`vocab_by_mass`)."""
+    return TrainData(path).vocab_by_mass(n, vocab)
+
+
 def collate(crops: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     T = max(len(c["tokens"]) for c in crops)
     out = {}
