@@ -66,3 +66,16 @@ def test_playground_settings_come_from_the_registry():
         assert all(r[2] for r in rows), f"{sid}: a setting without a meaning in SETTING_HELP"
         assert strategies.parse_settings(sid, playground.overrides(rows)) == \
             strategies.parse_settings(sid)
+
+
+def test_downloads_keep_names_and_stay_bounded(monkeypatch):
+    from specviz.ui import downloads
+    monkeypatch.setattr(downloads, "KEEP", 3)
+    paths = []
+    for i in range(5):
+        p = downloads.new_path("specviz-trace.jsonl")
+        p.write_text(str(i))
+        paths.append(p)
+    assert all(p.name == "specviz-trace.jsonl" for p in paths)
+    assert [p.exists() for p in paths] == [False, False, True, True, True]
+    assert [p.read_text() for p in paths[2:]] == ["2", "3", "4"]

@@ -20,7 +20,8 @@ THEME = gr.themes.Soft(primary_hue="indigo", secondary_hue="green")
 def build(target, gpu=lambda f: f) -> gr.Blocks:
     """gpu: a decorator for functions that run the engine (spaces.GPU on a ZeroGPU Space)."""
     unavailable = strategies.available(target)
-    with gr.Blocks(title="specviz — speculative decoding, step by step") as demo:
+    with gr.Blocks(title="specviz — speculative decoding, step by step",
+                   delete_cache=(3600, 3600)) as demo:   # hourly: drop cached files over 1 h
         gr.Markdown("# specviz — see and measure speculative decoding\n"
                     f"Target `{target.model_id}` on `{target.device}`. A drafter proposes "
                     "tokens, the target verifies them all in one forward pass, and the output "

@@ -7,7 +7,6 @@ the run's events and this session's measured `ar` speeds (for "speedup vs ar").
 from __future__ import annotations
 
 import hashlib
-import tempfile
 import threading
 from typing import Any
 
@@ -15,7 +14,7 @@ import gradio as gr
 
 from specviz import strategies
 from specviz.events import RunFinished, write_trace
-from specviz.ui import session, views
+from specviz.ui import downloads, session, views
 from specviz.viz.panel import message_html
 
 DEFAULT_PROMPT = ("Here is a list: red, orange, yellow, green, blue, indigo, violet. "
@@ -119,11 +118,9 @@ def ar_key(req: session.Request) -> str:
 def save_trace(events) -> str | None:
     if not events or not isinstance(events[-1], RunFinished):
         return None
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", prefix="specviz-trace-",
-                                     delete=False) as fh:
-        pass
-    write_trace(events, fh.name)
-    return fh.name
+    path = downloads.new_path("specviz-trace.jsonl")
+    write_trace(events, path)
+    return str(path)
 
 
 def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:

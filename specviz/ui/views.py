@@ -5,7 +5,6 @@ the same pair, so a replayed trace looks exactly like a live run.
 """
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +12,7 @@ import gradio as gr
 import plotly.io as pio
 
 from specviz.events import Event, RunFinished
+from specviz.ui import downloads
 from specviz.viz.charts import acceptance_figure, confidence_figure, kv_figure
 from specviz.viz.panel import metrics_html, run_metrics
 from specviz.viz.steps import events_upto, fold
@@ -94,8 +94,7 @@ def export_figures(events: list[Event], step: int | None) -> str:
     f = figures(events, step)
     parts = [pio.to_html(f[k], full_html=False, include_plotlyjs=(i == 0))
              for i, k in enumerate(("tree", "acceptance", "confidence", "kv"))]
-    with tempfile.NamedTemporaryFile("w", suffix=f"-step{f['step']}.html", delete=False,
-                                     encoding="utf-8", prefix="specviz-figures-") as fh:
-        fh.write("<html><head><meta charset='utf-8'></head><body>" + "".join(parts) +
-                 "</body></html>")
-    return fh.name
+    path = downloads.new_path(f"specviz-figures-step{f['step']}.html")
+    path.write_text("<html><head><meta charset='utf-8'></head><body>" + "".join(parts) +
+                    "</body></html>", encoding="utf-8")
+    return str(path)
