@@ -196,4 +196,3 @@ def test_shipped_walkthroughs_render_every_slide():
             assert (i == 0) == (narration == ""), title
         if script["trace"].startswith("dspark"):
             assert confidence["visible"] and "Schedule." in narration
-
