@@ -58,7 +58,8 @@ REGISTRY: dict[str, StrategySpec] = {s.id: s for s in [
     StrategySpec("draft", "Draft model",
                  "A separate 2-layer Llama with the target's tokenizer, embedding and LM head, "
                  "distilled from the target; drafts a chain of up to gamma tokens with its own KV "
-                 "cache, stopping early after a token it is unsure of.",
+                 "cache. Under greedy decoding the chain stops once one more token would not pay "
+                 "for its draft and verify time; under sampling, after a token it is unsure of.",
                  DraftSettings, build_draft,
                  caveat="Trained at reduced scale on CPU (see assets/draft.md)."),
     StrategySpec("eagle1", "EAGLE-1 (static tree)",

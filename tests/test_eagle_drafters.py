@@ -15,10 +15,14 @@ from specviz.drafters.eagle import STATIC_TREE, Eagle1Head, Eagle2Settings, Eagl
 from specviz.drafters.eagle3 import Eagle3Drafter, Eagle3Head, Eagle3Settings
 from specviz.drafters.peagle import PEagleDrafter, PEagleHead, PEagleSettings
 from specviz import events as ev
+from specviz.engine.cost import ForwardCost
 from specviz.engine.decode import GenSettings, run
 from specviz.engine.sampling import SamplingParams
 
 PROMPTS = ["What is the capital of France?", "Write a Python function that adds two numbers."]
+
+
+DEAR = ForwardCost([1, 2], [0.04, 1.0])
 
 
 def vocab(n=1024):
@@ -45,6 +49,8 @@ def drafters(heads):
         "draft": DraftLMDrafter(heads["draft"], DraftSettings(gamma=4, min_confidence=0.0)),
         # a random tiny draft is never 99% sure: the chain stops after its first token
         "draft-stop": DraftLMDrafter(heads["draft"], DraftSettings(gamma=4, min_confidence=0.99)),
+        # a verify that costs 25x a plain step: no draft token pays, every step is a plain one
+        "draft-dear": DraftLMDrafter(heads["draft"], DraftSettings(gamma=4), DEAR),
     }
 
 
@@ -72,20 +78,20 @@ def test_draft_tree_shapes(tiny_target, heads):
     sp = SamplingParams()
     d = drafters(heads)
     expect = {"eagle1": len(STATIC_TREE) + 1, "eagle2": 12, "eagle3": 10, "eagle3-chain": 5,
-              "peagle": 5, "draft": 5, "draft-stop": 2}
+              "peagle": 5, "draft": 5, "draft-stop": 2, "draft-dear": 1}
     for name, drafter in d.items():
         state = drafter.start(ids, feats)
         tree = drafter.draft(state, ids[-1], sp, None)
         assert len(tree) == expect[name], name
         assert tree.tokens[0] == ids[-1]
-        assert ("stopped" in tree.note) == (name == "draft-stop")
+        assert ("stopped" in tree.note) == (name in ("draft-stop", "draft-dear"))
         assert max(tree.depths) <= {"eagle2": 4, "eagle3": 5}.get(name, 6)
         if not name.startswith("draft"):   # draft entries are dropped: only committed positions stay cached
             assert drafter.cache_len(state) == len(ids) - 1
 
 
 @pytest.mark.parametrize("name", ["eagle1", "eagle2", "eagle3", "eagle3-chain", "peagle", "draft",
-                                  "draft-stop"])
+                                  "draft-stop", "draft-dear"])
 def test_greedy_equals_ar_tiny(tiny_target, heads, name):
     drafter = drafters(heads)[name]
     for prompt in PROMPTS:
@@ -95,6 +101,22 @@ def test_greedy_equals_ar_tiny(tiny_target, heads, name):
         spec = list(run(tiny_target, ids, s, drafter, strategy=name))
         assert tokens_of(spec) == ar, name
         assert spec[-1].target_forwards <= len(ar)
+
+
+def test_draft_chain_follows_the_cost_model(tiny_target, heads):
+    ids = tiny_target.encode(PROMPTS[0])
+    free = ForwardCost([1], [0.04])                      # verifying more tokens costs nothing
+    for cost, n in [(free, 4), (DEAR, 0)]:
+        drafter = DraftLMDrafter(heads["draft"], DraftSettings(gamma=4, min_confidence=0.99), cost)
+        state = drafter.start(ids, None)
+        state.acceptance = lambda q: 0.9                 # this request's drafts were good so far
+        tree = drafter.draft(state, ids[-1], SamplingParams(), None)
+        assert len(tree) == 1 + n                        # min_confidence is for no cost model
+        assert ("verifying the first 0" in tree.note) == (n == 0)
+        # under sampling the cost model is off: the chain stops at min_confidence as before
+        tree = drafter.draft(drafter.start(ids, None), ids[-1],
+                             SamplingParams(temperature=1.0), torch.Generator().manual_seed(0))
+        assert len(tree) == 2 and "confidence <" in tree.note
 
 
 @pytest.mark.parametrize("name", ["eagle2", "eagle3-chain", "peagle", "draft"])

@@ -11,6 +11,7 @@ keeps a draft step far cheaper than the 49152-row head.
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -21,6 +22,7 @@ from specviz.drafters import feature_heads as fh
 from specviz.drafters import weights
 from specviz.drafters.eagle import DRAFT_VOCAB
 from specviz.drafters.layers import vocab_lookup
+from specviz.engine.cost import Acceptance, ForwardCost, best_budget, forward_cost, worth_drafting
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 from specviz.models.kernels import Prepacked, pack_linears
@@ -99,7 +101,8 @@ def load_draft_lm(target) -> LlamaForCausalLM:
 @dataclass(frozen=True)
 class DraftSettings:
     gamma: int = 6              # longest chain
-    min_confidence: float = 0.3  # stop the chain after a token the draft gives less than this
+    min_confidence: float = 0.3  # no cost model: stop after a token the draft gives less than this
+    auto_budget: bool = True    # greedy: draft and verify only the tokens that pay for their time
 
     def check(self) -> None:
         if not 1 <= self.gamma <= 16:
@@ -112,13 +115,22 @@ class DraftSettings:
 class DraftState:
     tokens: list[int]                                   # committed tokens except the root
     cache: DynamicCache = field(default_factory=DynamicCache)
+    acceptance: Acceptance = field(default_factory=Acceptance)   # learnt from verified drafts
+    last_tree: DraftTree | None = None                  # the draft awaiting its verdict
+    step_s: float = 0.0                                 # the last one-token draft step's time
 
 
 class DraftLMDrafter:
+    """Chain drafting. With a cost model (greedy decoding, where the chain length never changes
+    the output) the chain grows while one more token can pay for its draft and verify time, and
+    the prefix that maximises expected tokens per second is verified, as `eagle2` does for a
+    tree: a token's value is the product along the chain of the request's learnt acceptance of
+    each draft probability (`cost.Acceptance`). Otherwise the chain stops after the first token
+    the draft gives less than `min_confidence`."""
     taps: tuple[int, ...] = ()
 
-    def __init__(self, model: DraftModel, settings: DraftSettings):
-        self.model, self.settings = model, settings
+    def __init__(self, model: DraftModel, settings: DraftSettings, cost: ForwardCost | None = None):
+        self.model, self.settings, self.cost = model, settings, cost
         self.vocab = model.vocab
         self.vocab_ids = model.vocab_ids
 
@@ -127,27 +139,50 @@ class DraftLMDrafter:
 
     @torch.no_grad()
     def draft(self, state: DraftState, root: int, sp: SamplingParams, generator) -> DraftTree:
+        t0 = time.perf_counter()
         dev = self.vocab_ids.device
         done = state.cache.get_seq_length()
         feed = state.tokens[done:] + [root]
-        picks = []
-        s = self.settings
+        picks, values = [], []
+        s, cost = self.settings, self.cost if sp.greedy else None
+        why = ""
         while len(picks) < s.gamma:
+            if cost is not None and picks and not worth_drafting(
+                    values, 1, values[-1], time.perf_counter() - t0, state.step_s, cost):
+                why = " (stopped: one more token would not pay for its time)"
+                break
+            t = time.perf_counter()
             logits = self.model(torch.tensor([feed], device=dev), state.cache)[0, -1]
             picks.append(fh.pick(self, logits, sp, generator))
+            # one token's step time; a catch-up step over several tokens gives a first guess
+            if len(feed) == 1 or not state.step_s:
+                state.step_s = (time.perf_counter() - t) / len(feed)
             feed = [picks[-1][0]]
-            if picks[-1][3] < s.min_confidence:   # the draft's own confidence, never the target's
+            conf = picks[-1][3]                         # the draft's own, never the target's
+            values.append(state.acceptance(conf) * (values[-1] if values else 1.0))
+            if cost is None and conf < s.min_confidence:
+                why = f" (stopped: confidence < {s.min_confidence})"
                 break
-        toks, qs, rows, confs = (list(x) for x in zip(*picks))
+        note = f"draft model, chain of {len(picks)}{why}"
+        if cost is not None:
+            n = best_budget(values, time.perf_counter() - t0, cost)
+            if n < len(picks):
+                note += f"; verifying the first {n}, the prefix worth its time"
+            picks = picks[:n]
+        toks, qs, rows, confs = (list(x) for x in zip(*picks)) if picks else ([], [], [], [])
         greedy = sp.greedy
-        why = "" if len(picks) == s.gamma else f" (stopped: confidence < {s.min_confidence})"
-        return DraftTree.chain(root, toks, q=None if greedy else qs,
-                               q_rows=None if greedy else rows, confidence=confs,
-                               note=f"draft model, chain of {len(picks)}{why}")
+        state.last_tree = DraftTree.chain(root, toks, q=None if greedy else qs,
+                                          q_rows=None if greedy else rows, confidence=confs,
+                                          note=note)
+        return state.last_tree
 
     def commit(self, state: DraftState, tokens, feats) -> None:
         # tokens = root + accepted drafts: the cache already holds them (same tokens, same
-        # positions); drop only the rejected tail
+        # positions); drop only the rejected tail (and any drafted tokens not sent to verify)
+        if state.last_tree is not None:
+            t = state.last_tree
+            state.acceptance.observe(t.parents, t.tokens, t.confidence, tokens)
+            state.last_tree = None
         state.tokens.extend(tokens)
         n = state.cache.get_seq_length() - len(state.tokens)
         if n > 0:
@@ -158,7 +193,8 @@ class DraftLMDrafter:
 
 
 def build(target, settings: DraftSettings) -> DraftLMDrafter:
-    return DraftLMDrafter(load(target), settings)
+    return DraftLMDrafter(load(target), settings,
+                          forward_cost(target) if settings.auto_budget else None)
 
 
 # --- training ---------------------------------------------------------------------------------

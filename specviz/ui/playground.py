@@ -48,16 +48,18 @@ def strategy_choices(unavailable: dict[str, str | None]) -> list[tuple[str, str]
 # strategy's settings dataclass); valid ranges are checked by the dataclasses themselves.
 SETTING_HELP = {
     "gamma": "γ: tokens drafted per step, as a chain (at most)",
-    "min_confidence": "stop the chain after a token the draft itself gives less probability "
-                      "than this (0 = always draft γ)",
+    "min_confidence": "without the cost model (sampling, or auto_budget=false): stop the chain "
+                      "after a token the draft itself gives less probability than this (0 = "
+                      "always draft γ)",
     "k": "tokens proposed by ONE drafter forward",
     "mode": "tree (EAGLE-2 dynamic tree) or chain",
     "top_k": "tree: children expanded per node",
     "depth": "tree: levels drafted (deepest draft position)",
     "total_tokens": "tree: best nodes kept and sent to the target (verify budget, at most)",
-    "auto_budget": "greedy tree: stop drafting levels, and send only the best nodes, once more "
+    "auto_budget": "greedy: stop drafting, and send only the best draft tokens, once more "
                    "would cost more time than they save (measured forward cost; acceptance "
-                   "learnt from this request's verified drafts). false = classic EAGLE-2",
+                   "learnt from this request's verified drafts). false = the classic rule "
+                   "(EAGLE-2's whole tree; the draft model's min_confidence)",
     "block_size": "block: positions drafted by one forward",
     "threshold": "threshold scheduler (and every sampled run): cut the draft where the prefix "
                  "survival a_j falls below this (0 = never cut)",
