@@ -229,11 +229,30 @@ def test_ngram_depth_under_a_cost_model():
     state = d.start([1, 2, 3, 9, 1, 2], {})
     for n in (1, 2, 3):                                         # weak kinds: 20 failed drafts
         for _ in range(20):
-            state.evidence[(CONTEXT, n)].record(depth=3, accepted=0)
+            state.evidence[(CONTEXT, n, False)].record(depth=3, accepted=0)
     tree = d.draft(state, 3, SamplingParams(), None)
     assert tree.fallback and "pays" in tree.note
     sampled = d.draft(state, 3, SamplingParams(temperature=1.0), None)   # no timing under sampling
     assert not sampled.fallback
+
+
+def test_ngram_keeps_copy_bursts_apart_from_free_text():
+    """A kind of match that keeps failing in free text is gated there, yet still drafts right
+    after a step that accepted a draft token (inside a copy), where it has its own record."""
+    d = NgramDrafter(NgramSettings())
+    state = d.start([1, 2, 3, 9, 1, 2], {})
+    for n in (1, 2, 3):
+        for _ in range(20):
+            state.evidence[(CONTEXT, n, False)].record(depth=3, accepted=0)
+    assert d.draft(state, 3, SamplingParams(), None).fallback
+    state.hot = True
+    tree = d.draft(state, 3, SamplingParams(), None)
+    assert not tree.fallback and tree.tokens[:2] == [3, 9]
+    d.commit(state, [3, 9], {})                  # one draft token accepted: still hot
+    assert state.hot and state.evidence[(CONTEXT, 1, True)].first == 1
+    d.draft(state, 1, SamplingParams(), None)
+    d.commit(state, [1], {})                     # none accepted: cold again
+    assert not state.hot
 
 
 def test_ngram_uses_the_match_kind_that_pays_off():
@@ -246,6 +265,6 @@ def test_ngram_uses_the_match_kind_that_pays_off():
     tree = d.draft(state, 6, SamplingParams(), None)
     assert tree.tokens[:2] == [6, 20] and "context" in tree.note
     for _ in range(3):                            # three context drafts, none accepted
-        state.evidence[(CONTEXT, 2)].record(depth=2, accepted=0)
+        state.evidence[(CONTEXT, 2, False)].record(depth=2, accepted=0)
     tree = d.draft(state, 6, SamplingParams(), None)
     assert tree.tokens == [6, 7, 8, 9] and "store" in tree.note   # depth 3 at s_3 = 1/27 < 0.1

@@ -11,7 +11,10 @@ more than one plain step. Each kind of match, (source, n) with source the reques
 or the cross-request store, keeps its record (`Evidence`): how often its first draft token was
 accepted, and how often a later draft token was accepted once its parent was. Copying is
 bimodal (a match either is a copy, and then runs on, or fails at once), which these two rates
-capture and a single mean does not. Priors trust longer matches and the request's own context
+capture and a single mean does not. Copying is also bursty (inside a copied passage the next
+match usually goes on copying; in free text the same kind of match seldom does), so each kind
+keeps two records: one for steps right after a step that accepted a draft token ("hot"), one
+for the others. Priors trust longer matches and the request's own context
 more. The record is updated from past steps only, so candidates never depend on this step's
 target output. A step uses the available kind with the most expected accepted tokens:
 - below `min_expected` the step falls back to a plain target step, marked `fallback` in its
@@ -90,14 +93,15 @@ class NgramSettings:
 class NgramState:
     tokens: list[int]          # committed tokens except the root (mirrors the target cache)
     index: dict[tuple[int, ...], list[int]] = field(default_factory=lambda: defaultdict(list))
-    evidence: dict[tuple[str, int], Evidence] = field(
+    evidence: dict[tuple[str, int, bool], Evidence] = field(   # (source, n, hot)
         default_factory=lambda: defaultdict(Evidence))
     gated: Counter = field(default_factory=Counter)
     last_kind: tuple[str, int] | None = None
     last_depth: int = 0
+    hot: bool = False          # the last step accepted a draft token
 
     def survival(self, kind: tuple[str, int], depth: int) -> list[float]:
-        return self.evidence[kind].survival(PRIOR[kind], depth)
+        return self.evidence[kind + (self.hot,)].survival(PRIOR[kind], depth)
 
     def add(self, start: int) -> None:
         """Index every n-gram ending at positions >= start."""
@@ -222,7 +226,8 @@ class NgramDrafter:
     def commit(self, state: NgramState, tokens: list[int], feats) -> None:
         # tokens = root + accepted nodes, as they entered the target cache
         if state.last_kind:
-            state.evidence[state.last_kind].record(state.last_depth, len(tokens) - 1)
+            state.evidence[state.last_kind + (state.hot,)].record(state.last_depth, len(tokens) - 1)
+        state.hot = len(tokens) > 1
         start = len(state.tokens)
         state.tokens.extend(tokens)
         state.add(start)
