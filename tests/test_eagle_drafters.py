@@ -15,7 +15,7 @@ from specviz.drafters.eagle import STATIC_TREE, Eagle1Head, Eagle2Settings, Eagl
 from specviz.drafters.eagle3 import Eagle3Drafter, Eagle3Head, Eagle3Settings
 from specviz.drafters.peagle import PEagleDrafter, PEagleHead, PEagleSettings
 from specviz import events as ev
-from specviz.engine.cost import ForwardCost
+from specviz.engine.cost import Acceptance, ForwardCost
 from specviz.engine.decode import GenSettings, run
 from specviz.engine.sampling import SamplingParams
 
@@ -103,13 +103,18 @@ def test_greedy_equals_ar_tiny(tiny_target, heads, name):
         assert spec[-1].target_forwards <= len(ar)
 
 
+class Trusting(Acceptance):
+    def __call__(self, q: float) -> float:
+        return 0.9
+
+
 def test_draft_chain_follows_the_cost_model(tiny_target, heads):
     ids = tiny_target.encode(PROMPTS[0])
     free = ForwardCost([1], [0.04])                      # verifying more tokens costs nothing
     for cost, n in [(free, 4), (DEAR, 0)]:
         drafter = DraftLMDrafter(heads["draft"], DraftSettings(gamma=4, min_confidence=0.99), cost)
         state = drafter.start(ids, None)
-        state.acceptance = lambda q: 0.9                 # this request's drafts were good so far
+        state.acceptance = Trusting()                    # this request's drafts were good so far
         tree = drafter.draft(state, ids[-1], SamplingParams(), None)
         assert len(tree) == 1 + n                        # min_confidence is for no cost model
         assert ("verifying the first 0" in tree.note) == (n == 0)

@@ -11,6 +11,7 @@ from torch import nn
 from specviz.drafters.eagle import Eagle1Head, Eagle2Settings, EagleDrafter
 from specviz.engine.cost import Acceptance, ForwardCost, best_budget, forward_cost, prefix_schedule
 from specviz.engine.sampling import SamplingParams
+from specviz.engine.tree import DraftTree
 from specviz.models import kernels
 from specviz.models.kernels import PackedLinear, Prepacked, pack_linears
 from specviz.models.target import Target
@@ -129,6 +130,12 @@ def test_acceptance_learns_from_verified_trees():
     assert acc.tested[4] == 3 and acc.accepted[4] == 2 and acc.tested[1] == 2
     assert acc(0.45) == pytest.approx((2 + 4 * 0.45) / (3 + 4))
     assert acc(0.15) < 0.15
+    # a drafter holds its tree until the verdict; settling twice learns once
+    tree = DraftTree([7, 10], [-1, 0], confidence=[None, 0.45])
+    assert acc.expect(tree) is tree
+    acc.settle([7, 10])
+    acc.settle([7, 10])
+    assert acc.tested[4] == 4 and acc.accepted[4] == 3
 
 
 def test_prefix_schedule_is_algorithm_1():

@@ -116,7 +116,6 @@ class DraftState:
     tokens: list[int]                                   # committed tokens except the root
     cache: DynamicCache = field(default_factory=DynamicCache)
     acceptance: Acceptance = field(default_factory=Acceptance)   # learnt from verified drafts
-    last_tree: DraftTree | None = None                  # the draft awaiting its verdict
     step_s: float = 0.0                                 # the last one-token draft step's time
 
 
@@ -171,18 +170,14 @@ class DraftLMDrafter:
             picks = picks[:n]
         toks, qs, rows, confs = (list(x) for x in zip(*picks)) if picks else ([], [], [], [])
         greedy = sp.greedy
-        state.last_tree = DraftTree.chain(root, toks, q=None if greedy else qs,
-                                          q_rows=None if greedy else rows, confidence=confs,
-                                          note=note)
-        return state.last_tree
+        return state.acceptance.expect(DraftTree.chain(
+            root, toks, q=None if greedy else qs, q_rows=None if greedy else rows,
+            confidence=confs, note=note))
 
     def commit(self, state: DraftState, tokens, feats) -> None:
         # tokens = root + accepted drafts: the cache already holds them (same tokens, same
         # positions); drop only the rejected tail (and any drafted tokens not sent to verify)
-        if state.last_tree is not None:
-            t = state.last_tree
-            state.acceptance.observe(t.parents, t.tokens, t.confidence, tokens)
-            state.last_tree = None
+        state.acceptance.settle(tokens)
         state.tokens.extend(tokens)
         n = state.cache.get_seq_length() - len(state.tokens)
         if n > 0:

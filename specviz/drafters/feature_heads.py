@@ -38,7 +38,6 @@ class HeadState:
     kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
     cached: int = 0                                     # head entries in kv
     acceptance: Acceptance = field(default_factory=Acceptance)   # learnt from verified drafts
-    last_tree: DraftTree | None = None                  # the draft awaiting its verdict
 
 
 def load_head(drafter_id: str, target, make):
@@ -62,10 +61,7 @@ class HeadDrafter:
         return HeadState(list(prompt_ids[:-1]), [feats] if feats else [])
 
     def commit(self, state: HeadState, tokens: list[int], feats: dict[int, torch.Tensor]) -> None:
-        if state.last_tree is not None:
-            t = state.last_tree
-            state.acceptance.observe(t.parents, t.tokens, t.confidence, tokens)
-            state.last_tree = None
+        state.acceptance.settle(tokens)
         state.tokens.extend(tokens)
         state.pending.append(feats)
 
@@ -220,8 +216,7 @@ def dynamic_tree(head, state: HeadState, root: int, top_k: int, depth: int,
         note += (f"; verifying the best {n} (expected {1 + sum(values[:n]):.2f} tokens in "
                  f"{1000 * (draft_s + cost(1 + n)):.0f} ms with drafting)")
         chosen = chosen[:n]
-    state.last_tree = to_tree(head, root, chosen, note)
-    return state.last_tree
+    return state.acceptance.expect(to_tree(head, root, chosen, note))
 
 
 def static_tree(head, state: HeadState, root: int, shape: list[tuple[int, ...]]) -> DraftTree:

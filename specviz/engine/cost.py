@@ -78,6 +78,19 @@ class Acceptance:
         self.prior = prior
         self.tested = [0] * self.BINS
         self.accepted = [0] * self.BINS
+        self.pending = None            # the draft tree awaiting its verdict
+
+    def expect(self, tree):
+        """Hold a drafted tree (tokens, parents, confidence as draft probabilities) until
+        `settle` learns from its verdict; returns the tree."""
+        self.pending = tree
+        return tree
+
+    def settle(self, committed: Sequence[int]) -> None:
+        """Learn from the held tree's verdict (`committed` = root and the accepted draft tokens)."""
+        if self.pending is not None:
+            t, self.pending = self.pending, None
+            self.observe(t.parents, t.tokens, t.confidence, committed)
 
     def _bin(self, q: float) -> int:
         return min(max(int(q * self.BINS), 0), self.BINS - 1)
