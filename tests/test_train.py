@@ -11,8 +11,8 @@ import torch
 from specviz.drafters import weights
 from specviz.drafters.eagle3 import Eagle3Head, Eagle3Trainable
 from specviz.train import data as D
-from specviz.train.loop import TrainConfig, load_checkpoint, train
-from specviz.train.pool import instruction_pool
+from specviz.train.loop import TrainConfig, init_from, load_checkpoint, train
+from specviz.train.pool import extract_instruction, instruction_pool, meta_prompts
 
 from drafter_fixtures import tiny_data  # noqa: F401 (fixture)
 
@@ -24,6 +24,15 @@ def test_pool_is_large_diverse_and_deterministic():
     assert pool[:5] == instruction_pool(2000)[:5]
 
 
+def test_self_instruct_extraction():
+    assert {c for c, _ in meta_prompts()} >= {"chat", "code", "math", "writing"}
+    said = 'A student might ask: "How do plants know which way is up?" That is a good one.'
+    assert extract_instruction(said) == "How do plants know which way is up?"
+    assert extract_instruction("\n**Write a haiku about autumn rain.**\nSure!") == \
+        "Write a haiku about autumn rain."
+    assert extract_instruction("Ok.") is None and extract_instruction("x" * 500) is None
+
+
 def test_data_file_layout(tiny_target, tiny_data):
     d = D.TrainData(tiny_data, taps=D.taps_for(tiny_target.n_layers))
     n = d.n_tokens
@@ -32,6 +41,9 @@ def test_data_file_layout(tiny_target, tiny_data):
                for h in d.h.values())
     assert d.heldout_ids and d.train_ids and not set(d.heldout_ids) & set(d.train_ids)
     assert d.fingerprint == tiny_target.fingerprint
+    assert d.meta["self_instruct"] == "4"            # the target's own instructions, answered
+    written = (tiny_data.parent / "instructions.jsonl").read_text().splitlines()
+    assert len(written) == 4 and all(json.loads(x)["id"].startswith("self-") for x in written)
     b = d.batch(np.random.default_rng(0), 3, 16)
     assert b["tokens"].shape == (3, 16) and b["topk_p"].shape == (3, 16, D.TOPK)
 
@@ -90,3 +102,25 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
     assert torch.equal(head.vocab_ids, tr.module.vocab_ids)
     with pytest.raises(Exception, match="another target"):
         weights.load("eagle3", "0" * 16)
+
+
+def test_fine_tuning_starts_from_shipped_weights(tiny_target, tiny_data):
+    """`--init shipped`: the shipped vocabulary is kept and every trained parameter is loaded;
+    weights that do not fit are refused."""
+    tr, _ = make(tiny_target, tiny_data)
+    with torch.no_grad():
+        for p in tr.module.parameters():
+            p.add_(0.5)
+    tensors, _ = tr.export()
+    vocab = tensors.pop("vocab_ids")
+    args = type("Args", (), {"shipped_vocab": vocab, "data": "unused"})()
+    assert torch.equal(D.drafter_vocab(args, 1024, tiny_target.vocab), vocab.long())
+    fresh, _ = make(tiny_target, tiny_data)
+    init_from(fresh.module, tensors)
+    for (k, a), b in zip(tr.module.state_dict().items(), fresh.module.state_dict().values()):
+        assert torch.equal(a, b), k
+    with pytest.raises(ValueError, match="do not fit"):
+        init_from(fresh.module, tensors | {"extra.weight": torch.zeros(2)})
+    with pytest.raises(ValueError, match="missing"):
+        first = next(k for k, p in fresh.module.named_parameters() if p.requires_grad)
+        init_from(fresh.module, {k: v for k, v in tensors.items() if k != first})

@@ -230,6 +230,6 @@ class DraftTrainable:
 
 
 def trainable(target, args) -> DraftTrainable:
-    from specviz.train.data import draft_vocab
-    model = DraftModel(target, draft_vocab(args.data, DRAFT_VOCAB, target.vocab))
+    from specviz.train.data import drafter_vocab
+    model = DraftModel(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab))
     return DraftTrainable(model.init_from_target(target))

@@ -148,5 +148,5 @@ class Eagle1Trainable:
 
 
 def trainable(target, args) -> Eagle1Trainable:
-    from specviz.train.data import draft_vocab
-    return Eagle1Trainable(Eagle1Head(target, draft_vocab(args.data, DRAFT_VOCAB, target.vocab)))
+    from specviz.train.data import drafter_vocab
+    return Eagle1Trainable(Eagle1Head(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)))

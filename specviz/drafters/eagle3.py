@@ -111,5 +111,5 @@ class Eagle3Trainable(fh.UnrolledTrainable):
 
 
 def trainable(target, args) -> Eagle3Trainable:
-    from specviz.train.data import draft_vocab
-    return Eagle3Trainable(Eagle3Head(target, draft_vocab(args.data, DRAFT_VOCAB, target.vocab)))
+    from specviz.train.data import drafter_vocab
+    return Eagle3Trainable(Eagle3Head(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)))

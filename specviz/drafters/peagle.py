@@ -132,5 +132,5 @@ class PEagleTrainable(fh.UnrolledTrainable):
 
 
 def trainable(target, args) -> PEagleTrainable:
-    from specviz.train.data import draft_vocab
-    return PEagleTrainable(PEagleHead(target, draft_vocab(args.data, DRAFT_VOCAB, target.vocab)))
+    from specviz.train.data import drafter_vocab
+    return PEagleTrainable(PEagleHead(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)))

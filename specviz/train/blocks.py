@@ -23,7 +23,7 @@ from specviz.drafters.dflash import BlockBackbone
 from specviz.drafters.dspark import DSparkModel
 from specviz.drafters.layers import LayerShape
 from specviz.train import calibrate
-from specviz.train.data import TrainData, draft_vocab
+from specviz.train.data import TrainData, drafter_vocab
 from specviz.train.distill import head_logits, l1_to_target, soft_ce, to_draft, weighted_mean
 
 ANCHORS = 8          # blocks per training crop
@@ -230,7 +230,7 @@ class BlockTrainable:
 
 
 def dflash(target, args, size: int) -> BlockTrainable:
-    vocab = draft_vocab(args.data, DRAFT_VOCAB, target.vocab)
+    vocab = drafter_vocab(args, DRAFT_VOCAB, target.vocab)
     bb = BlockBackbone(LayerShape.of(target), vocab, target.vocab, n_layers(args))
     bb.init_from_target(target)
     return BlockTrainable(target, bb, size, off=1, gamma_w=7.0 if size >= 16 else 4.0)

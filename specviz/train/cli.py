@@ -6,7 +6,7 @@ importing the CLI loads no drafter). Training writes checkpoints to artifacts/tr
 the final weights + model card to assets/.
 
   python -m specviz train --build-data --n-seqs 800 [--stdlib-chunks 60]
-  python -m specviz train --drafter eagle3 --minutes 12 [--steps N] [--resume]
+  python -m specviz train --drafter eagle3 --minutes 12 [--steps N] [--resume] [--init shipped]
 """
 from __future__ import annotations
 
@@ -37,6 +37,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--build-data", action="store_true", help="generate responses and features")
     p.add_argument("--n-seqs", type=int, default=800, help="pool answers to generate")
     p.add_argument("--stdlib-chunks", type=int, default=0, help="raw stdlib source chunks")
+    p.add_argument("--self-instruct", type=int, default=0,
+                   help="instructions the target writes itself, answered like the pool's")
     p.add_argument("--gen-batch", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--drafter", help=f"drafter id: {', '.join([*TRAINERS, *ALIASES])}")
@@ -50,6 +52,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    p.add_argument("--init", choices=("fresh", "shipped"), default="fresh",
+                   help="fresh weights, or fine-tune the shipped ones in assets/ (their draft "
+                        "vocabulary is kept)")
     p.add_argument("--no-ship", action="store_true", help="do not write assets/")
     p.add_argument("--note", default="", help="a paragraph for the model card")
     p.add_argument("--layers", type=int, default=0,
@@ -68,27 +73,40 @@ def main(argv: list[str] | None = None) -> int:
     from specviz.models.target import Target
     target = Target.load("embedded", device=args.device)
     if args.build_data:
-        responses = D.generate_responses(target, args.n_seqs, batch=args.gen_batch,
-                                         max_new_tokens=args.max_new_tokens,
-                                         stdlib_chunks=args.stdlib_chunks, seed=args.seed)
+        responses = D.generate_responses(target, args.n_seqs, Path(args.data).parent,
+                                         batch=args.gen_batch, max_new_tokens=args.max_new_tokens,
+                                         stdlib_chunks=args.stdlib_chunks, seed=args.seed,
+                                         self_instruct=args.self_instruct)
         out = D.build_features(target, responses, Path(args.data))
         print(f"wrote {out}")
     if args.drafter:
-        from specviz.train.loop import TrainConfig, train
+        from specviz.drafters import weights
+        from specviz.drafters.base import DrafterUnavailable
+        from specviz.train.loop import TrainConfig, init_from, train
         did = ALIASES.get(args.drafter, args.drafter)
         if did not in TRAINERS:
             parser().error(f"unknown drafter {args.drafter!r}; choose from "
                            f"{', '.join([*TRAINERS, *ALIASES])}")
         module, fn = TRAINERS[did].split(":")
         factory = getattr(importlib.import_module(module), fn)
+        shipped = None
+        if args.init == "shipped":   # (a resumed run's checkpoint then replaces the weights)
+            try:
+                shipped, _ = weights.load(did, target.fingerprint)
+            except DrafterUnavailable as exc:
+                parser().error(str(exc))
+            args.shipped_vocab = shipped.pop("vocab_ids", shipped.get("vocab"))
         trainable = factory(target, args)
+        if shipped is not None:
+            init_from(trainable.module, shipped)
         data = D.TrainData(args.data, trainable.taps)
         if data.fingerprint != target.fingerprint:
             parser().error(f"{args.data} was built for another target; rebuild it")
         cfg = TrainConfig(drafter_id=did, minutes=args.minutes, steps=args.steps,
                           batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                           warmup=args.warmup, eval_every=args.eval_every, seed=args.seed,
-                          resume=args.resume, ship=not args.no_ship, note=args.note)
+                          resume=args.resume, ship=not args.no_ship, note=args.note,
+                          init=args.init)
         result = train(trainable, data, cfg, target)
         print(result)
     return 0

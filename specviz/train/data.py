@@ -3,7 +3,9 @@ file shared by all drafters.
 
 Boundary: the target in, files out, and a loader. Stages (each resumable, under artifacts/train/):
 1. `responses.jsonl`: the target's greedy answers (chat template, batched `generate`) to the
-   pool of `pool.instruction_pool`, plus a few raw standard-library source chunks;
+   pool of `pool.instruction_pool` and to instructions the target wrote itself
+   (`instructions.jsonl`, self-instruct from `pool.meta_prompts`), plus a few raw
+   standard-library source chunks;
 2. `data.safetensors`: per token the target features and soft labels:
    - `tokens` int32 [N] (sequences concatenated), `seq_starts` int64 [S+1],
      `loss_mask` uint8 [N] (1 on response tokens), `split` uint8 [S] (1 = held out, ~5%);
@@ -27,7 +29,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from specviz.train.pool import instruction_pool
+from specviz.train.pool import extract_instruction, instruction_pool, meta_prompts
 
 TAPS = (2, 15, 27, 28, 30)   # EAGLE-3: 2,15,27; DFlash/DSpark: 2,15,28; EAGLE-1/MTP/P-EAGLE: 30
 TOPK = 64
@@ -47,43 +49,89 @@ def is_heldout(s: int) -> bool:
 
 # --- stage 1: responses ---------------------------------------------------------------------
 def generate_responses(target, n_seqs: int, out_dir: Path = DATA_DIR, batch: int = 16,
-                       max_new_tokens: int = 160, stdlib_chunks: int = 0, seed: int = 0) -> Path:
-    """Append target answers to out_dir/responses.jsonl until it holds n_seqs pool answers
-    (plus `stdlib_chunks` raw source chunks). Greedy, so the data match greedy drafting."""
+                       max_new_tokens: int = 160, stdlib_chunks: int = 0, seed: int = 0,
+                       self_instruct: int = 0) -> Path:
+    """Append target answers to out_dir/responses.jsonl until it holds answers to the first
+    n_seqs pool instructions and to `self_instruct` instructions the target wrote itself (plus
+    `stdlib_chunks` raw source chunks). Greedy, so the data match greedy drafting."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "responses.jsonl"
     done = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
     have = {d["id"] for d in done}
-    tok = target.tokenizer
-    todo = [p for p in instruction_pool(max(2400, n_seqs), seed)[:n_seqs] if p["id"] not in have]
-    model = target.model
-    pad = tok.pad_token_id if tok.pad_token_id is not None else min(target.eos_ids)
-    with path.open("a") as f, torch.inference_mode():
+    instructions = instruction_pool(max(2400, n_seqs), seed)[:n_seqs]
+    if self_instruct:
+        instructions += self_instructions(target, self_instruct, out_dir, batch, seed)
+    todo = [p for p in instructions if p["id"] not in have]
+    with path.open("a") as f:
         for i in tqdm(range(0, len(todo), batch), desc="responses", unit="batch"):
             chunk = todo[i:i + batch]
             prompts = [target.encode(p["prompt"]) for p in chunk]
-            width = max(map(len, prompts))
-            ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=target.device)
-            att = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
-                               device=target.device)
-            gen = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new_tokens,
-                                 do_sample=False, pad_token_id=pad)
-            for p, prompt_ids, row in zip(chunk, prompts, gen[:, width:].tolist()):
-                resp = []
-                for t in row:
-                    resp.append(t)
-                    if t in target.eos_ids:
-                        break
+            for p, prompt_ids, resp in zip(chunk, prompts, _generate(target, prompts, max_new_tokens)):
                 f.write(json.dumps({"id": p["id"], "category": p["category"],
                                     "prompt_ids": prompt_ids, "response_ids": resp}) + "\n")
             f.flush()
     raw = [d for d in done if d["category"] == "stdlib-source"]
     if len(raw) < stdlib_chunks:
         with path.open("a") as f:
-            for j, ids in enumerate(stdlib_source_chunks(tok, stdlib_chunks, seed)[len(raw):]):
+            for j, ids in enumerate(stdlib_source_chunks(target.tokenizer, stdlib_chunks, seed)[len(raw):]):
                 f.write(json.dumps({"id": f"src-{len(raw) + j:05d}", "category": "stdlib-source",
                                     "prompt_ids": [], "response_ids": ids}) + "\n")
     return path
+
+
+def self_instructions(target, n: int, out_dir: Path = DATA_DIR, batch: int = 16,
+                      seed: int = 0) -> list[dict]:
+    """n distinct instructions written by the target (sampled at T = 0.8, top-p 0.95, seeded per
+    batch) from `pool.meta_prompts`, taken in turn; cached in out_dir/instructions.jsonl."""
+    path = out_dir / "instructions.jsonl"
+    out = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    seen = {d["prompt"] for d in out}
+    metas = meta_prompts()
+    b = max((d["batch"] for d in out), default=-1) + 1     # a resumed run goes on from here
+    limit = b + 10 * (n // batch + 1)
+    with path.open("a") as f, tqdm(total=n, initial=len(out), desc="self-instruct") as bar:
+        while len(out) < n:
+            if b >= limit:
+                raise RuntimeError(f"self-instruct: the target wrote only {len(out)} usable "
+                                   f"instructions of {n} in {b} batches")
+            picks = [metas[(b * batch + j) % len(metas)] for j in range(batch)]
+            prompts = [target.encode(m) for _, m in picks]
+            rows = _generate(target, prompts, 48, sample_seed=seed * 1_000_003 + b)
+            for (cat, _), row in zip(picks, rows):
+                text = extract_instruction(target.tokenizer.decode(row, skip_special_tokens=True))
+                if text and text not in seen and len(out) < n:
+                    seen.add(text)
+                    out.append({"id": f"self-{len(out):05d}", "category": f"self-{cat}",
+                                "prompt": text, "batch": b})
+                    f.write(json.dumps(out[-1]) + "\n")
+                    bar.update(1)
+            f.flush()
+            b += 1
+    return out[:n]
+
+
+def _generate(target, prompts: list[list[int]], max_new_tokens: int,
+              sample_seed: int | None = None) -> list[list[int]]:
+    """One left-padded batched `generate` (greedy, or sampled with a seed); each row cut after
+    its first end-of-sequence token."""
+    tok = target.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else min(target.eos_ids)
+    width = max(map(len, prompts))
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=target.device)
+    att = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
+                       device=target.device)
+    kw: dict = dict(do_sample=False)
+    if sample_seed is not None:
+        torch.manual_seed(sample_seed)
+        kw = dict(do_sample=True, temperature=0.8, top_p=0.95, top_k=0)
+    with torch.inference_mode():
+        gen = target.model.generate(input_ids=ids, attention_mask=att,
+                                    max_new_tokens=max_new_tokens, pad_token_id=pad, **kw)
+    out = []
+    for row in gen[:, width:].tolist():
+        cut = next((i for i, t in enumerate(row) if t in target.eos_ids), len(row) - 1)
+        out.append(row[:cut + 1])
+    return out
 
 
 def stdlib_source_chunks(tok, n: int, seed: int = 0, length: int = 192) -> list[list[int]]:
@@ -132,7 +180,8 @@ def build_features(target, responses: Path, out: Path = DATA_FILE, max_seqs: int
             "taps": json.dumps(list(taps)), "topk": str(TOPK), "sequences": str(len(rows)),
             "tokens": str(len(tokens)), "response_tokens": str(sum(loss)),
             "heldout_sequences": str(sum(split)),
-            "stdlib_chunks": str(sum(r["category"] == "stdlib-source" for r in rows))}
+            "stdlib_chunks": str(sum(r["category"] == "stdlib-source" for r in rows)),
+            "self_instruct": str(sum(r["category"].startswith("self-") for r in rows))}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata=meta)
@@ -210,6 +259,13 @@ class TrainData:
 def draft_vocab(path: str | Path, n: int, vocab: int) -> torch.Tensor:
     """A drafter's reduced vocabulary from the training data file at `path` (`vocab_by_mass`)."""
     return TrainData(path).vocab_by_mass(n, vocab)
+
+
+def drafter_vocab(args, n: int, vocab: int) -> torch.Tensor:
+    """The reduced vocabulary of a drafter about to be trained: the shipped weights' own when
+    fine-tuning them (`--init shipped` sets args.shipped_vocab), else the data file's."""
+    shipped = getattr(args, "shipped_vocab", None)
+    return shipped.long() if shipped is not None else draft_vocab(args.data, n, vocab)
 
 
 def collate(crops: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -58,6 +58,7 @@ class TrainConfig:
     eval_every: int = 200
     eval_batches: int = 4
     seed: int = 0
+    init: str = "fresh"        # or "shipped": fine-tuned from the weights in assets/
     resume: bool = False
     ship: bool = True
     out_dir: str = "artifacts/train"
@@ -113,6 +114,16 @@ def to(batch: dict, dev: torch.device) -> dict:
 
 
 # --- checkpoints ----------------------------------------------------------------------------
+def init_from(module: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Start from shipped weights (fine-tuning): every shipped tensor must fit the module, and
+    every trained parameter must come from them."""
+    missing, unexpected = module.load_state_dict(tensors, strict=False)
+    trained = {k for k, p in module.named_parameters() if p.requires_grad}
+    if unexpected or trained & set(missing):
+        raise ValueError(f"the shipped weights do not fit this drafter (unexpected "
+                         f"{sorted(unexpected)[:4]}, missing {sorted(trained & set(missing))[:4]})")
+
+
 def save_checkpoint(cfg: TrainConfig, params: dict[str, torch.nn.Parameter],
                     opt: torch.optim.AdamW, state: dict) -> None:
     cfg.ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -219,6 +230,10 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
     ev = state["final_eval"]
     meta = data.meta
     chunks = int(meta.get("stdlib_chunks", 0))
+    selfi = int(meta.get("self_instruct", 0))
+    also = f" and to {selfi} instructions the target wrote itself (self-instruct)" if selfi else ""
+    start = ("fine-tuned from the weights previously shipped in assets/ (their card's data and "
+             "steps come before these)" if cfg.init == "shipped" else "fresh weights")
     card = f"""# `{cfg.drafter_id}` drafter for {target.model_id}
 
 {trainable.describe()}
@@ -227,7 +242,8 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 |---|---|
 | shipped parameters | {n_params:,} ({', '.join(f'{p.name} {p.stat().st_size / 2**20:.1f} MiB' for p in paths)}) |
 | target fingerprint | `{target.fingerprint}` |
-| training data | {meta['sequences']} sequences, {meta['tokens']} tokens ({meta['response_tokens']} response tokens) of target-generated answers to the offline instruction pool (`specviz/train/pool.py`); {len(data.heldout_ids)} sequences held out |
+| training data | {meta['sequences']} sequences, {meta['tokens']} tokens ({meta['response_tokens']} response tokens) of target-generated answers to the offline instruction pool (`specviz/train/pool.py`){also}; {len(data.heldout_ids)} sequences held out |
+| start | {start} |
 | optimisation | AdamW lr {cfg.lr}, warmup {cfg.warmup}, cosine; batch {cfg.batch_size} x {cfg.seq_len} tokens; seed {cfg.seed} |
 | steps | {state['step']} ({state['tokens']:,} tokens seen) |
 | hardware | {hw} |
@@ -238,9 +254,10 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 
 {cfg.note}
 
-Reproduce: `python -m specviz train --build-data --n-seqs {int(meta['sequences']) - chunks} \
---stdlib-chunks {chunks}` then
+Reproduce: `python -m specviz train --build-data --n-seqs {int(meta['sequences']) - chunks - selfi} \
+--stdlib-chunks {chunks}{f" --self-instruct {selfi}" if selfi else ""}` then
 `python -m specviz train --drafter {cfg.drafter_id} --minutes {cfg.minutes} --steps {cfg.steps} \\
---batch-size {cfg.batch_size} --seq-len {cfg.seq_len} --lr {cfg.lr} --warmup {cfg.warmup}`.
+--batch-size {cfg.batch_size} --seq-len {cfg.seq_len} --lr {cfg.lr} --warmup {cfg.warmup}\
+{" --init shipped" if cfg.init == "shipped" else ""}`.
 """
     weights.write_card(cfg.drafter_id, card)

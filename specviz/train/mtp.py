@@ -17,7 +17,7 @@ import torch
 from specviz.drafters.mtp import MtpModule
 from specviz.drafters.layers import LayerShape, vocab_lookup
 from specviz.train.blocks import DRAFT_VOCAB
-from specviz.train.data import draft_vocab
+from specviz.train.data import drafter_vocab
 from specviz.train.distill import head_logits, soft_ce, to_draft, weighted_mean
 
 STEPS = 3   # unrolled steps = the default γ
@@ -105,7 +105,7 @@ class MtpTrainable:
 
 
 def mtp(target, args) -> MtpTrainable:
-    vocab = draft_vocab(args.data, DRAFT_VOCAB, target.vocab)
+    vocab = drafter_vocab(args, DRAFT_VOCAB, target.vocab)
     module = MtpModule(LayerShape.of(target), vocab, tap=target.n_layers)
     module.init_from_target(target)
     return MtpTrainable(target, module)

@@ -1,5 +1,6 @@
 """The offline instruction pool: diverse prompts built from templates, seed topics and the
-installed Python standard library (no network, no dev prompts).
+installed Python standard library (no network, no dev prompts), and the meta-prompts with which
+the target writes further instructions itself (self-instruct, `data.self_instructions`).
 
 Boundary: text only, no model. `instruction_pool(n, seed)` is deterministic for a given Python
 installation. Categories: chat, code, math, writing, QA over a passage, lists/JSON.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import random
+import re
 
 TOPICS = [
     "photosynthesis", "the water cycle", "black holes", "the French Revolution", "volcanoes",
@@ -152,3 +154,41 @@ def instruction_pool(n: int = 2400, seed: int = 0) -> list[dict]:
         seen.add(text)
         out.append({"id": f"pool-{len(out):05d}", "category": cat, "prompt": text})
     return out
+
+
+# Self-instruct: the target, sampling, writes one instruction per meta-prompt call. No topics are
+# given, so the variety comes from the target's own distribution rather than from our lists.
+META_PROMPTS = {
+    "chat": ["Write one question that a curious person might ask an AI assistant. Reply with the "
+             "question only.",
+             "Write one question a student might ask a teacher. Reply with the question only.",
+             "Give an example of a request someone might send to an AI assistant. Reply with the "
+             "request only.",
+             "Write a question about history, science or geography. Reply with the question only.",
+             "Write a request for advice about health, money, work, study or family life. Reply "
+             "with the request only."],
+    "task": ["Write a short everyday task you could ask a helpful assistant to do. Reply with the "
+             "task only.",
+             "Write an instruction that asks for a list, a table or a JSON object. Reply with the "
+             "instruction only.",
+             "Write an instruction asking someone to summarize, rewrite or translate a sentence, "
+             "and include the sentence. Reply with the instruction only."],
+    "writing": ["Write an instruction asking for a short piece of creative writing (a poem, a "
+                "story, a letter or an email). Reply with the instruction only."],
+    "code": ["Write a request for a small programming task. Reply with the request only."],
+    "math": ["Write a simple math word problem. Reply with the problem only."],
+}
+
+
+def meta_prompts() -> list[tuple[str, str]]:
+    """(category, meta-prompt) pairs, in a fixed order."""
+    return [(c, m) for c, ms in META_PROMPTS.items() for m in ms]
+
+
+def extract_instruction(text: str) -> str | None:
+    """The instruction in a self-instruct answer: its first quoted passage of 15+ characters, or
+    else its first non-empty line; None when that is too short or too long to be one."""
+    quoted = re.search(r'"([^"\n]{15,400})"', text)
+    line = quoted.group(1) if quoted else next((x for x in text.splitlines() if x.strip()), "")
+    line = line.strip().strip("*#-").strip()
+    return line if 15 <= len(line) <= 400 else None
