@@ -124,3 +124,17 @@ def test_fine_tuning_starts_from_shipped_weights(tiny_target, tiny_data):
     with pytest.raises(ValueError, match="missing"):
         first = next(k for k, p in fresh.module.named_parameters() if p.requires_grad)
         init_from(fresh.module, {k: v for k, v in tensors.items() if k != first})
+
+
+def test_fine_tuning_the_draft_model_loads_its_lm(tiny_target, tiny_data):
+    """The draft LM ships its inner LlamaForCausalLM's keys (`export_root`); they load back."""
+    from specviz.drafters.draft import DraftModel, DraftTrainable
+    vocab = D.TrainData(tiny_data).vocab_by_mass(512, tiny_target.vocab)
+    tr = DraftTrainable(DraftModel(tiny_target, vocab).init_from_target(tiny_target))
+    tensors, _ = tr.export()
+    tensors.pop("vocab_ids")
+    fresh = DraftTrainable(DraftModel(tiny_target, vocab))
+    init_from(fresh.export_root, tensors)
+    assert tensors and set(tensors) <= set(fresh.export_root.state_dict())
+    assert all(torch.equal(tensors[k], v) for k, v in fresh.export_root.state_dict().items()
+               if k in tensors)

@@ -199,6 +199,7 @@ class DraftTrainable:
 
     def __init__(self, model: DraftModel):
         self.module = model
+        self.export_root = model.lm          # `export` writes its state dict's keys
         self.t2d = vocab_lookup(model.vocab_ids, model.vocab)
 
     def loss(self, batch, generator):

@@ -245,10 +245,10 @@ def dflash_b16(target, args) -> BlockTrainable:
 
 
 def dspark(target, args, size: int = 16) -> BlockTrainable:
-    held = TrainData(args.data, (2, 15, 28))
-    vocab = held.vocab_by_mass(DRAFT_VOCAB, target.vocab)
+    vocab = drafter_vocab(args, DRAFT_VOCAB, target.vocab)
     model = DSparkModel(LayerShape.of(target), vocab, target.vocab, block=size,
                         n_layers=n_layers(args), rank=MARKOV_RANK)
     model.backbone.init_from_target(target)
+    held = TrainData(args.data, model.backbone.taps)
     return BlockTrainable(target, model.backbone, size, off=0, gamma_w=7.0, dspark=model,
                           heldout=held)

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             args.shipped_vocab = shipped.pop("vocab_ids", shipped.get("vocab"))
         trainable = factory(target, args)
         if shipped is not None:
-            init_from(trainable.module, shipped)
+            init_from(getattr(trainable, "export_root", trainable.module), shipped)
         data = D.TrainData(args.data, trainable.taps)
         if data.fingerprint != target.fingerprint:
             parser().error(f"{args.data} was built for another target; rebuild it")

@@ -7,7 +7,9 @@ drafter plugs in with a `Trainable`:
 - `loss(batch, generator) -> (loss, stats)`: one training loss on a TrainData batch;
 - `evaluate(batch) -> (hits [n, D] bool)`: for n held-out start positions, whether the drafter's
   j-th draft token (drafting as at inference, tokens teacher-forced) equals the target's argmax;
-- `export() -> (tensors, config)` for drafters.weights.save, and `describe() -> str` for the card.
+- `export() -> (tensors, config)` for drafters.weights.save, and `describe() -> str` for the card;
+  optionally `export_root`, the submodule whose state-dict keys `export` writes (default
+  `module`), so that `--init shipped` can load them back (`init_from`).
 
 AdamW, linear warmup then cosine decay over max(step/steps, elapsed/minutes); deterministic
 batches and noise (seeded by (seed, step)), so a resumed run sees the same batches. Checkpoints
