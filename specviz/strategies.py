@@ -84,7 +84,8 @@ REGISTRY: dict[str, StrategySpec] = {s.id: s for s in [
     StrategySpec("peagle", "P-EAGLE (parallel drafting)",
                  "EAGLE-3 features and a 2-layer drafter that proposes k tokens in ONE forward: "
                  "the real feature at the first position, a learned hidden state and mask "
-                 "embedding at the others.",
+                 "embedding at the others. Under greedy decoding only the prefix worth its "
+                 "verify time goes to the target (auto_budget).",
                  PEagleSettings, build_peagle,
                  caveat="Trained at reduced scale on CPU (see assets/peagle.md)."),
     StrategySpec("mtp", "MTP (DeepSeek-V3 style)",

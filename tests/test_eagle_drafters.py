@@ -124,6 +124,22 @@ def test_draft_chain_follows_the_cost_model(tiny_target, heads):
         assert len(tree) == 2 and "confidence <" in tree.note
 
 
+def test_peagle_verifies_the_prefix_worth_its_time(tiny_target, heads):
+    ids = tiny_target.encode(PROMPTS[0])
+    feats = tiny_target.forward(ids[:-1], tiny_target.new_cache(), taps=heads["peagle"].taps).taps
+    free = ForwardCost([1], [0.04])
+    for cost, n in [(free, 4), (DEAR, 0), (None, 4)]:
+        drafter = PEagleDrafter(heads["peagle"], PEagleSettings(k=4), cost)
+        state = drafter.start(ids, feats)
+        state.acceptance = Trusting()
+        tree = drafter.draft(state, ids[-1], SamplingParams(), None)
+        assert len(tree) == 1 + n and ("verifying the first 0" in tree.note) == (n == 0)
+        # under sampling the cost model is off: all k tokens go to the target
+        sampled = drafter.draft(drafter.start(ids, feats), ids[-1],
+                                SamplingParams(temperature=1.0), torch.Generator().manual_seed(0))
+        assert len(sampled) == 5
+
+
 @pytest.mark.parametrize("name", ["eagle2", "eagle3-chain", "peagle", "draft"])
 def test_sampling_runs(tiny_target, heads, name):
     drafter = drafters(heads)[name]

@@ -8,10 +8,13 @@ draft block is one forward of K entries: the root entry (real feature, root toke
 good) and K-1 mask entries (a learned shared hidden state and a learned mask-token embedding) at
 the next positions, causal among themselves; entry k's output predicts draft token k+1. Draft
 tokens never feed back, so sampled drafts use each position's own row (lossless residuals).
+Under greedy decoding with the target's cost model (auto_budget), only the prefix of the K tokens
+worth its verify time goes to the target, as for the `draft` chain.
 Loss: sum_k 0.8^k * soft CE.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +24,7 @@ from specviz.drafters import feature_heads as fh
 from specviz.drafters.eagle import DRAFT_VOCAB, FrozenTargetParts
 from specviz.drafters.eagle3 import eagle3_taps
 from specviz.drafters.layers import DecoderLayer, LayerShape
+from specviz.engine.cost import forward_cost
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 
@@ -75,6 +79,7 @@ def load_head(target) -> PEagleHead:
 @dataclass(frozen=True)
 class PEagleSettings:
     k: int = 4                  # tokens proposed by one forward
+    auto_budget: bool = True    # greedy: verify only the prefix that pays for its time
 
     def check(self) -> None:
         if not 1 <= self.k <= 8:
@@ -84,6 +89,7 @@ class PEagleSettings:
 class PEagleDrafter(fh.HeadDrafter):
     @torch.no_grad()
     def draft(self, state, root: int, sp: SamplingParams, generator) -> DraftTree:
+        t0 = time.perf_counter()
         head, K = self.head, self.settings.k
         first = fh.catch_up(head, state, root)      # the root entry: real feature + root token
         if first is None:
@@ -99,14 +105,20 @@ class PEagleDrafter(fh.HeadDrafter):
             rows += list(logits[0])
         picks = [fh.pick(head, lg, sp, generator) for lg in rows]
         toks, qs, qrows, confs = (list(x) for x in zip(*picks))
+        note = f"P-EAGLE: {K} tokens from one forward"
+        if self.cost is not None and sp.greedy:
+            values = fh.chain_values(state.acceptance, confs)
+            n, cut = fh.verify_prefix(values, time.perf_counter() - t0, self.cost)
+            toks, confs, note = toks[:n], confs[:n], note + cut
         greedy = sp.greedy
-        return DraftTree.chain(root, toks, q=None if greedy else qs,
-                               q_rows=None if greedy else qrows, confidence=confs,
-                               note=f"P-EAGLE: {K} tokens from one forward")
+        return state.acceptance.expect(DraftTree.chain(
+            root, toks, q=None if greedy else qs, q_rows=None if greedy else qrows,
+            confidence=confs, note=note))
 
 
 def build(target, settings: PEagleSettings) -> PEagleDrafter:
-    return PEagleDrafter(load_head(target), settings)
+    return PEagleDrafter(load_head(target), settings,
+                         forward_cost(target) if settings.auto_budget else None)
 
 
 # --- training ---------------------------------------------------------------------------------
