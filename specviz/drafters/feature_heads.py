@@ -78,9 +78,12 @@ def cat_kv(a, b):
 
 
 @torch.no_grad()
-def catch_up(head, state: HeadState, root: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Run the real entries not yet cached (the last one pairs with the root); return the root
-    entry's (output [d], logits [Vd]), or None when there is no feature yet (1-token prompt)."""
+def catch_up(head, state: HeadState, root: int, extra: tuple[torch.Tensor, torch.Tensor] | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Run the real entries not yet cached (the last one pairs with the root) and cache them;
+    return (outputs [1 + m, d], logits [1 + m, Vd]) of the root entry and of the m `extra`
+    entries ((g, emb) [1, m, d], run in the same forward at the next positions, causally after
+    the real ones, never cached), or None when there is no feature yet (1-token prompt)."""
     L = len(state.tokens)
     if L == 0:
         return None
@@ -89,15 +92,18 @@ def catch_up(head, state: HeadState, root: int) -> tuple[torch.Tensor, torch.Ten
     feats = {k: torch.cat([p[k] for p in state.pending]) for k in head.taps}
     dev = head.vocab_ids.device
     g = head.fuse({k: v.to(dev, torch.float32) for k, v in feats.items()})[None]
-    nxt = state.tokens[state.cached + 1:] + [root]
-    pos = torch.arange(state.cached, L, device=dev)
+    emb = head.embed(torch.tensor([state.tokens[state.cached + 1:] + [root]], device=dev))
     n = L - state.cached
-    mask = torch.ones(n, L, dtype=torch.bool, device=dev)
-    mask[:, state.cached:] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-    out, logits, kv = head(g, head.embed(torch.tensor([nxt], device=dev)), pos, state.kv, mask)
-    state.kv = cat_kv(state.kv, kv)
+    if extra is not None:
+        g, emb = torch.cat([g, extra[0]], 1), torch.cat([emb, extra[1]], 1)
+    m = g.shape[1] - n
+    pos = torch.arange(state.cached, L + m, device=dev)
+    mask = torch.ones(n + m, L + m, dtype=torch.bool, device=dev)
+    mask[:, state.cached:] = torch.ones(n + m, n + m, dtype=torch.bool, device=dev).tril()
+    out, logits, kv = head(g, emb, pos, state.kv, mask)
+    state.kv = cat_kv(state.kv, [(k[:, :, :n], v[:, :, :n]) for k, v in kv])
     state.cached, state.pending = L, []
-    return out[0, -1], logits[0, -1]
+    return out[0, n - 1:], logits[0, n - 1:]
 
 
 def crop(state: HeadState) -> None:
@@ -192,7 +198,7 @@ def dynamic_tree(head, state: HeadState, root: int, top_k: int, depth: int,
     def budget_values(nodes: list[Node]) -> list[float]:
         return sorted(map(worth, nodes), reverse=True)[:total_tokens - 1]
 
-    frontier = children_of(None, first[0], F.log_softmax(first[1].float(), -1), top_k)
+    frontier = children_of(None, first[0][0], F.log_softmax(first[1][0].float(), -1), top_k)
     recorded = list(frontier)
     levels, level_s = 1, time.perf_counter() - t0
     for _ in range(depth - 1):
@@ -229,7 +235,7 @@ def static_tree(head, state: HeadState, root: int, shape: list[tuple[int, ...]])
     ex = Expander(head, state)
     width = 1 + max(p[-1] for p in shape)
     by_path: dict[tuple[int, ...], Node] = {}
-    kids = children_of(None, first[0], F.log_softmax(first[1].float(), -1), width)
+    kids = children_of(None, first[0][0], F.log_softmax(first[1][0].float(), -1), width)
     for p in (p for p in shape if len(p) == 1):
         by_path[p] = kids[p[0]]
     for d in range(2, max(map(len, shape)) + 1):
@@ -251,7 +257,7 @@ def chain(head, state: HeadState, root: int, gamma: int, sp: SamplingParams,
     if first is None:
         return DraftTree.root_only(root, fallback=True, note="no target feature yet")
     ex = Expander(head, state)
-    out, logits = first
+    out, logits = first[0][0], first[1][0]
     toks, qs, rows, confs, node = [], [], [], [], None
     for j in range(gamma):
         tok, q, row, conf = pick(head, logits, sp, generator)

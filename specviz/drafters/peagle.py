@@ -91,18 +91,13 @@ class PEagleDrafter(fh.HeadDrafter):
     def draft(self, state, root: int, sp: SamplingParams, generator) -> DraftTree:
         t0 = time.perf_counter()
         head, K = self.head, self.settings.k
-        first = fh.catch_up(head, state, root)      # the root entry: real feature + root token
+        # ONE forward: the real entries not yet cached (the last pairs with the root), then
+        # K-1 mask entries at the next positions, causal among themselves and never cached
+        extra = head.mask_inputs((1, K - 1, head.mask_hidden.shape[0])) if K > 1 else None
+        first = fh.catch_up(head, state, root, extra)
         if first is None:
             return DraftTree.root_only(root, fallback=True, note="no target feature yet")
-        rows = [first[1]]
-        if K > 1:                                    # K-1 mask entries in the same block
-            dev = head.vocab_ids.device
-            P = state.cached
-            g, emb = head.mask_inputs((1, K - 1, head.mask_hidden.shape[0]))
-            mask = torch.ones(K - 1, P + K - 1, dtype=torch.bool, device=dev)
-            mask[:, P:] = torch.ones(K - 1, K - 1, dtype=torch.bool, device=dev).tril()
-            _, logits, _ = head(g, emb, torch.arange(P, P + K - 1, device=dev), state.kv, mask)
-            rows += list(logits[0])
+        rows = list(first[1])
         picks = [fh.pick(head, lg, sp, generator) for lg in rows]
         toks, qs, qrows, confs = (list(x) for x in zip(*picks))
         note = f"P-EAGLE: {K} tokens from one forward"
