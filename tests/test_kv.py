@@ -17,7 +17,7 @@ import torch
 from specviz import events as ev
 from specviz.engine import decode
 from specviz.engine.decode import GenSettings
-from specviz.engine.tree import DraftTree, paths
+from specviz.engine.tree import DraftTree, after_chain, paths
 from specviz.models.target import Target
 
 ATOL = 1e-5
@@ -78,6 +78,20 @@ def test_tree_forward_matches_per_path_causal_forwards(tt):
         torch.testing.assert_close(out.logits[i], want, atol=ATOL, rtol=0, msg=f"node {i}")
         for k in taps:
             torch.testing.assert_close(out.taps[k][i], want_taps[k], atol=ATOL, rtol=0)
+
+
+def test_prompt_and_tree_in_one_forward(tt):
+    """The first verify of a tree drafter carries the prompt as the tree's stem: every node
+    still gets its root-to-node path's logits, and the cache holds prompt + tree."""
+    cache = tt.new_cache()
+    stem = PROMPT[:-1]
+    out = tt.forward(stem + TREE.tokens, cache, parents=after_chain(len(stem), TREE.parents),
+                     logits_for=len(TREE))
+    assert out.logits.shape == (len(TREE), tt.vocab)
+    assert Target.cache_len(cache) == len(stem) + len(TREE)
+    for i in range(len(TREE)):
+        seq = PROMPT + [TREE.tokens[j] for j in node_path(TREE.parents, i)]
+        torch.testing.assert_close(out.logits[i], fresh(tt, seq)[0], atol=ATOL, rtol=0)
 
 
 def test_tree_mask_matters(tt):
@@ -160,14 +174,18 @@ class OracleTreeDrafter:
         return None
 
 
-def test_decode_loop_with_tree_compaction_equals_ar(tt):
+def test_decode_loop_with_tree_compaction_equals_ar(tt, monkeypatch):
     def new_tokens(events):
         return [t for e in events if isinstance(e, ev.Accepted) for t in e.new_tokens]
 
     n = 10
     ref = new_tokens(decode.run(tt, PROMPT, GenSettings(max_new_tokens=n + 3)))
     drafter = OracleTreeDrafter(PROMPT, ref, tt.vocab)
+    forwards = []
+    monkeypatch.setattr(tt, "forward",
+                        lambda *a, **k: forwards.append(1) or Target.forward(tt, *a, **k))
     events = list(decode.run(tt, PROMPT, GenSettings(max_new_tokens=n), drafter))
+    assert len(forwards) == 3       # one per step: the prompt rides along with the first tree
     assert new_tokens(events) == ref[:n]
     assert [e.path for e in events if isinstance(e, ev.Accepted)] == [[0, 2, 4, 5]] * 2 + [[0, 2]]
     first_kv = next(e for e in events if isinstance(e, ev.KVUpdated))

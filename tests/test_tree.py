@@ -14,7 +14,7 @@ from specviz.drafters.ngram import (CONTEXT, Evidence, NgramDrafter, NgramSettin
                                     trie)
 from specviz.engine.cost import ForwardCost, best_budget
 from specviz.engine.sampling import SamplingParams
-from specviz.engine.tree import (DraftTree, additive_mask, ancestor_mask, children, depths,
+from specviz.engine.tree import (DraftTree, additive_mask, after_chain, ancestor_mask, children, depths,
                                  paths)
 
 #         0
@@ -44,6 +44,12 @@ def test_depths_and_children():
     assert children(PARENTS) == [[1, 2], [3, 4], [5], [6], [], [], []]
     assert depths([-1]) == [0]
     assert children([-1]) == [[]]
+
+
+def test_after_chain_puts_a_stem_under_the_root():
+    assert after_chain(3, [-1, 0, 0, 1]) == [-1, 0, 1, 2, 3, 3, 4]
+    assert after_chain(0, [-1, 0, 0]) == [-1, 0, 0]
+    assert depths(after_chain(2, [-1, 0, 0])) == [0, 1, 2, 3, 3]
 
 
 def test_ancestor_mask_recurrence():

@@ -18,7 +18,7 @@ from specviz import events as ev
 from specviz import metrics
 from specviz.drafters.base import Drafter
 from specviz.engine.sampling import SamplingParams, probs
-from specviz.engine.tree import DraftTree
+from specviz.engine.tree import DraftTree, after_chain
 from specviz.engine.verify import verify
 from specviz.models.target import Target
 
@@ -174,11 +174,9 @@ def step(target: Target, drafter: Drafter | None, req: Request, sp: SamplingPara
     # verify: one target forward over the whole tree
     t = time.perf_counter()
     chain = all(p == i - 1 for i, p in enumerate(tree.parents))
-    prefix, req.prefix = req.prefix, []
-    if prefix and not chain:   # a tree after a whole prompt: a separate causal prefill
-        target.forward(prefix, req.cache, logits_for="last")
-        prefix = []
-    out = target.forward(prefix + tree.tokens, req.cache, parents=None if chain else tree.parents,
+    prefix, req.prefix = req.prefix, []   # a tree after a whole prompt: the prompt as its stem
+    out = target.forward(prefix + tree.tokens, req.cache,
+                         parents=None if chain else after_chain(len(prefix), tree.parents),
                          taps=drafter.taps if drafter else (), logits_for=len(tree))
     p_rows = out.logits if sp.greedy else probs(out.logits, sp)  # greedy needs argmax only
     verdict = verify(tree, p_rows, sp, req.generator)

@@ -86,6 +86,12 @@ def depths(parents: list[int]) -> list[int]:
     return out
 
 
+def after_chain(n: int, parents: list[int]) -> list[int]:
+    """Parents of n chained tokens followed by a tree whose root continues the chain: one
+    forward then runs a prompt and the first draft tree together."""
+    return list(range(-1, n - 1)) + [n - 1 if p < 0 else p + n for p in parents]
+
+
 def children(parents: list[int]) -> list[list[int]]:
     out: list[list[int]] = [[] for _ in parents]
     for i, p in enumerate(parents):
