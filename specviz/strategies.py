@@ -91,7 +91,8 @@ REGISTRY: dict[str, StrategySpec] = {s.id: s for s in [
     StrategySpec("mtp", "MTP (DeepSeek-V3 style)",
                  "One multi-token-prediction module on the target's last hidden state: "
                  "cat(embedding, hidden) -> one transformer block -> the shared LM head, reused "
-                 "autoregressively for gamma drafts.",
+                 "autoregressively for gamma drafts. auto_budget=true verifies only the "
+                 "prefix worth its time under greedy decoding.",
                  MtpSettings, build_mtp,
                  caveat="Post-trained here on a frozen target; real MTP (DeepSeek-V3) is trained "
                         "jointly with the model and accepts far more."),

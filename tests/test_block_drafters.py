@@ -36,6 +36,13 @@ def tiny_dspark(t, block=8):
     return m.eval()
 
 
+def tiny_mtp(t):
+    torch.manual_seed(3)
+    m = MtpModule(LayerShape.of(t), TINY_VOCAB, tap=t.n_layers)
+    m.init_from_target(t)
+    return m.eval()
+
+
 def decode(t, prompt, drafter, n=24):
     out, events = [], list(run(t, prompt, GenSettings(max_new_tokens=n), drafter))
     for e in events:
@@ -134,10 +141,7 @@ def test_confidence_prefix_and_truncation(tiny_target):
 def test_greedy_equals_ar_random_weights(tiny_target, kind):
     t = tiny_target
     if kind == "mtp":
-        torch.manual_seed(3)
-        m = MtpModule(LayerShape.of(t), TINY_VOCAB, tap=t.n_layers)
-        m.init_from_target(t)
-        drafter = MtpDrafter(t, m.eval(), 3)
+        drafter = MtpDrafter(t, tiny_mtp(t), 3)
     elif kind.startswith("dflash"):
         drafter = DFlashDrafter(t, tiny_backbone(t), 8, window=6 if kind.endswith("window") else 0)
     else:
@@ -146,6 +150,21 @@ def test_greedy_equals_ar_random_weights(tiny_target, kind):
     for text in ("Write a poem about cats.", "What is 17 + 25?"):
         ids = t.encode(text)
         assert decode(t, ids, drafter, 30)[0] == decode(t, ids, None, 30)[0]
+
+
+@pytest.mark.parametrize("cost,verified", [(ForwardCost([1], [0.04]), 3),       # width is free
+                                           (ForwardCost([1, 2], [0.04, 1.0]), 0)])  # 1 s a token
+def test_mtp_verifies_the_prefix_worth_its_time(tiny_target, cost, verified):
+    """Under greedy decoding with a cost model, mtp sends only the drafts that pay for their
+    verify time (all of them when width is free, none when it is dear); either way the output
+    is ar's, and every draft carries its draft probability as its confidence."""
+    t = tiny_target
+    ids = t.encode("What is 17 + 25?")
+    out, events = decode(t, ids, MtpDrafter(t, tiny_mtp(t), 3, cost), 20)
+    assert out == decode(t, ids, None, 20)[0]
+    drafts = [e for e in events if isinstance(e, ev.DraftProposed)][1:]   # step 1: no feature yet
+    assert drafts and all(len(d.tokens) - 1 == verified for d in drafts[:-1])
+    assert all(0 < c <= 1 for d in drafts for c in d.confidence[1:])
 
 
 @pytest.mark.parametrize("sid,overrides", [("mtp", {}), ("dflash", {"block_size": 8}),

@@ -20,7 +20,7 @@ from specviz.engine.decode import GenSettings
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 from specviz.engine.verify import verify
-from specviz.models.target import Output, Target
+from specviz.models.target import Output
 
 V = 16
 GREEDY = SamplingParams()

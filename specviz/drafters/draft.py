@@ -22,7 +22,8 @@ from specviz.drafters import feature_heads as fh
 from specviz.drafters import weights
 from specviz.drafters.eagle import DRAFT_VOCAB
 from specviz.drafters.layers import vocab_lookup
-from specviz.engine.cost import Acceptance, ForwardCost, forward_cost, worth_drafting
+from specviz.engine.cost import (Acceptance, ForwardCost, forward_cost, verify_prefix,
+                                  worth_drafting)
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 from specviz.models.kernels import Prepacked, pack_linears
@@ -164,7 +165,7 @@ class DraftLMDrafter:
                 break
         note = f"draft model, chain of {len(picks)}{why}"
         if cost is not None:
-            n, cut = fh.verify_prefix(values, time.perf_counter() - t0, cost)
+            n, cut = verify_prefix(values, time.perf_counter() - t0, cost)
             note += cut
             picks = picks[:n]
         toks, qs, rows, confs = (list(x) for x in zip(*picks)) if picks else ([], [], [], [])

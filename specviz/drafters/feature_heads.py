@@ -15,9 +15,6 @@ draft entries (g = the parent's output) extend the cache only during one `draft`
 """
 from __future__ import annotations
 
-import itertools
-import math
-import operator
 import time
 from dataclasses import dataclass, field
 
@@ -275,20 +272,6 @@ def chain(head, state: HeadState, root: int, gamma: int, sp: SamplingParams,
     return DraftTree.chain(root, toks, q=qs if not sp.greedy else None,
                            q_rows=rows if not sp.greedy else None, confidence=confs,
                            note=f"chain of {gamma}")
-
-
-def verify_prefix(values: list[float], draft_s: float, cost: ForwardCost) -> tuple[int, str]:
-    """Greedy decoding with a cost model: how many tokens of a drafted chain to verify, the
-    prefix maximising expected tokens per second (values[j]: the estimated chance that tokens
-    1..j+1 are all accepted), and a note for the step's event when that cuts the chain."""
-    n = best_budget(values, draft_s, cost)
-    return n, (f"; verifying the first {n}, the prefix worth its time" if n < len(values) else "")
-
-
-def chain_values(acceptance: Acceptance, confidences: list[float]) -> list[float]:
-    """A chain's values for `verify_prefix`: products of the learnt acceptance of each token's
-    draft probability."""
-    return list(itertools.accumulate((acceptance(c) for c in confidences), operator.mul))
 
 
 def pick(head, logits: torch.Tensor, sp: SamplingParams, generator: torch.Generator | None

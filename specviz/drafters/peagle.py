@@ -24,7 +24,7 @@ from specviz.drafters import feature_heads as fh
 from specviz.drafters.eagle import DRAFT_VOCAB, FrozenTargetParts
 from specviz.drafters.eagle3 import eagle3_taps
 from specviz.drafters.layers import DecoderLayer, LayerShape
-from specviz.engine.cost import forward_cost
+from specviz.engine.cost import chain_values, forward_cost, verify_prefix
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 
@@ -102,8 +102,8 @@ class PEagleDrafter(fh.HeadDrafter):
         toks, qs, qrows, confs = (list(x) for x in zip(*picks))
         note = f"P-EAGLE: {K} tokens from one forward"
         if self.cost is not None and sp.greedy:
-            values = fh.chain_values(state.acceptance, confs)
-            n, cut = fh.verify_prefix(values, time.perf_counter() - t0, self.cost)
+            values = chain_values(state.acceptance, confs)
+            n, cut = verify_prefix(values, time.perf_counter() - t0, self.cost)
             toks, confs, note = toks[:n], confs[:n], note + cut
         greedy = sp.greedy
         return state.acceptance.expect(DraftTree.chain(

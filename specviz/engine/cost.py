@@ -12,6 +12,7 @@ the packed kernels), so verifying low-probability nodes costs more time than the
 from __future__ import annotations
 
 import itertools
+import operator
 import time
 import weakref
 from typing import Callable, Sequence
@@ -179,3 +180,17 @@ def worth_drafting(values: Sequence[float], new_nodes: int, new_gain: float, dra
     now = rate(values, n, draft_s, cost)
     more = (1.0 + sum(values[:n]) + new_gain) / (draft_s + level_s + cost(1 + n + new_nodes))
     return more > now
+
+
+def verify_prefix(values: list[float], draft_s: float, cost: ForwardCost) -> tuple[int, str]:
+    """Greedy decoding with a cost model: how many tokens of a drafted chain to verify, the
+    prefix maximising expected tokens per second (values[j]: the estimated chance that tokens
+    1..j+1 are all accepted), and a note for the step's event when that cuts the chain."""
+    n = best_budget(values, draft_s, cost)
+    return n, (f"; verifying the first {n}, the prefix worth its time" if n < len(values) else "")
+
+
+def chain_values(acceptance: Acceptance, confidences: list[float]) -> list[float]:
+    """A chain's values for `verify_prefix`: products of the learnt acceptance of each token's
+    draft probability."""
+    return list(itertools.accumulate((acceptance(c) for c in confidences), operator.mul))
