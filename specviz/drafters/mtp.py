@@ -150,7 +150,7 @@ class MtpDrafter:
         note = f"MTP module reused {self.gamma}x (post-trained on a frozen target)"
         if self.cost is not None and sp.greedy:
             n, cut = verify_prefix(chain_values(state.acceptance, confs),
-                                      time.perf_counter() - t0, self.cost)
+                                   time.perf_counter() - t0, self.cost)
             toks, qs, rows, confs, note = toks[:n], qs[:n], rows[:n], confs[:n], note + cut
         return state.acceptance.expect(DraftTree.chain(root, toks, q=qs, q_rows=rows,
                                                        confidence=confs, note=note))
