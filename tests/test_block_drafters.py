@@ -213,6 +213,8 @@ def test_hardware_scheduler_under_greedy(tiny_target):
     s = tree.schedule
     assert s.threshold is None and "hardware-aware" in s.reason
     assert s.verify_len == prefix_schedule(s.survival, steep)
+    # drafting stops at the first draft Algorithm 1 drops: no token is drawn past the cut
+    assert len(tree) - 1 == s.verify_len and len(s.survival) == min(s.verify_len + 1, 8)
     sampled = d.draft(d.start(ids, feats), ids[-1], SamplingParams(temperature=1.0),
                       torch.Generator().manual_seed(0))
     assert sampled.schedule.threshold == 0.2              # sampling keeps the threshold rule

@@ -14,7 +14,9 @@ with x_0 the anchor and x_k the previous draft, sampled left to right. c_k depen
 only, so cutting the chain at the first a_k < threshold decides whether to verify x_{k+1}
 before x_{k+1} is looked at (non-anticipation, ALGORITHMS.md §0). Under greedy decoding the
 default cut is the paper's hardware-aware prefix scheduler instead (`cost.prefix_schedule`, on
-the measured forward cost); sampling keeps the threshold, so that a seed fixes the output.
+the measured forward cost), and drafting stops at the first draft it would not verify (the
+Markov head is the sequential part of a step, so the drafts after the cut are never drawn);
+sampling keeps the threshold and draws the whole block, so that a seed fixes the output.
 """
 from __future__ import annotations
 
@@ -96,6 +98,7 @@ class DSparkDrafter(ContextCache):
         h = self.block_hidden(state, self.target.embed, root, pol.block_size)          # [γ, d]
         toks, qs, rows, conf, surv = [], [], [], [], []
         cut, a, prev = pol.block_size, 1.0, root
+        hardware = self.cost is not None and sp.greedy
         with torch.inference_mode():
             U = self.head.logits(h)                                                # [γ, Vd]
             for k in range(pol.block_size):
@@ -103,6 +106,8 @@ class DSparkDrafter(ContextCache):
                 c = float(torch.sigmoid(m.confidence_logit(h[k], e) / m.temperature[k]))
                 a *= c
                 conf.append(c), surv.append(a)
+                if hardware and prefix_schedule(surv, self.cost) < len(surv):
+                    break      # Algorithm 1 stops at this draft: the rest are never drawn
                 if a < pol.threshold and cut == pol.block_size:
                     cut = k            # decided from x_{<=k} only: x_{k+1} is not drawn yet
                 logits = U[k] + bias if pol.markov else U[k]
@@ -110,16 +115,18 @@ class DSparkDrafter(ContextCache):
                 toks.append(tok), qs.append(q), rows.append(q_row)
                 prev = tok
         threshold: float | None = pol.threshold
-        if self.cost is not None and sp.greedy:
-            cut, threshold = prefix_schedule(surv, self.cost), None
+        if hardware:
+            cut, threshold = len(toks), None
             reason = (f"hardware-aware scheduler: best (1 + a_1 + .. + a_j) x verify steps/s; "
-                      f"{1000 * self.cost(1 + cut):.0f} ms for {1 + cut} tokens")
+                      f"{1000 * self.cost(1 + cut):.0f} ms for {1 + cut} tokens"
+                      + (f"; a_{cut + 1} does not pay, so drafting stopped there"
+                         if cut < pol.block_size else ""))
         else:
             reason = (f"a_{cut + 1} = {surv[cut]:.2f} < threshold {pol.threshold:.2f}"
                       if cut < pol.block_size
                       else f"all {pol.block_size} drafts clear threshold {pol.threshold:.2f}")
         return DraftTree.chain(
-            root, toks, q=qs, q_rows=rows, confidence=conf,
+            root, toks, q=qs, q_rows=rows, confidence=conf[:len(toks)],
             schedule=Schedule(conf, surv, cut, reason, threshold),
             note=f"one block forward + {'Markov' if pol.markov else 'no Markov'} head; "
                  f"verify {cut} of {pol.block_size}")

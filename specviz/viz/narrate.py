@@ -47,7 +47,7 @@ def _schedule(s: ScheduleDecided) -> str:
             f"c<sub>1</sub> × … × c<sub>j</sub>, the chance that the first j drafts all "
             f"survive: {avs}. ")
     if s.threshold is None:
-        return text + (f"The schedule sends {cut} of {n} drafts to the target "
+        return text + (f"The schedule sends {cut} draft(s) to the target "
                        f"({html.escape(s.reason)}).")
     if cut < n:
         return text + (f"a<sub>{cut + 1}</sub> = {s.survival[cut]:.2f} is below the threshold "
