@@ -1,7 +1,7 @@
 """Tree attention and KV-cache surgery of the Target wrapper, against plain recomputation.
 
-Boundary: `models.target.Target` on the tiny random Llama (fp32, CPU), in sdpa and eager
-attention. A tree forward (additive mask, positions past + depth) must give every node the
+Boundary: `models.target.Target` on the tiny random Llama (fp32, CPU), in sdpa, eager and
+specviz's grouped sdpa attention. A tree forward (additive mask, positions past + depth) must give every node the
 logits (and features) of a causal forward over its root-to-node path; after `keep` (tree
 compaction to a possibly non-contiguous path) or `crop` (rollback), the next logits must equal
 those of a fresh forward over the accepted sequence; and the decode loop, fed a tree whose
@@ -18,6 +18,7 @@ from specviz import events as ev
 from specviz.engine import decode
 from specviz.engine.decode import GenSettings
 from specviz.engine.tree import DraftTree, after_chain, paths
+from specviz.models.kernels import GROUPED_SDPA, use_grouped_sdpa
 from specviz.models.target import Target
 
 ATOL = 1e-5
@@ -34,12 +35,15 @@ TREE = DraftTree([PROMPT[-1], 101, 202, 303, 404, 505, 606, 707, 808],
                  [-1, 0, 0, 0, 1, 1, 2, 4, 6])
 
 
-@pytest.fixture(scope="module", params=["sdpa", "eager"])
+@pytest.fixture(scope="module", params=["sdpa", "eager", GROUPED_SDPA])
 def tt(request, tiny_target) -> Target:
     """The tiny target with the attention implementation under test (a private copy, so the
-    shared session fixture is left as it was)."""
+    shared session fixture is left as it was). Its 4 query heads share 2 key/value heads, so
+    GROUPED_SDPA's grouped path runs for every masked multi-token forward."""
     model = copy.deepcopy(tiny_target.model)
-    model.set_attn_implementation(request.param)
+    model.set_attn_implementation("eager" if request.param == "eager" else "sdpa")
+    if request.param == GROUPED_SDPA:
+        use_grouped_sdpa(model)
     assert model.config._attn_implementation == request.param
     return Target(model, tiny_target.tokenizer, f"tiny-{request.param}")
 
@@ -92,6 +96,23 @@ def test_prompt_and_tree_in_one_forward(tt):
     for i in range(len(TREE)):
         seq = PROMPT + [TREE.tokens[j] for j in node_path(TREE.parents, i)]
         torch.testing.assert_close(out.logits[i], fresh(tt, seq)[0], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_grouped_sdpa_keeps_heads_grouped(tiny_target, monkeypatch, grouped):
+    """A masked multi-token forward (a tree after a cached prefix) attends with enable_gqa under
+    grouped sdpa, where transformers' sdpa copies keys/values per group first."""
+    model = copy.deepcopy(tiny_target.model)
+    model.set_attn_implementation("sdpa")
+    t = Target(use_grouped_sdpa(model) if grouped else model, tiny_target.tokenizer, "tiny")
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(k.get("enable_gqa", False)) or sdpa(*a, **k))
+    cache = prefilled(t)
+    calls.clear()
+    t.forward(TREE.tokens, cache, parents=TREE.parents)
+    assert calls == [grouped] * t.n_layers
 
 
 def test_tree_mask_matters(tt):

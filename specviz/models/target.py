@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from specviz.engine.tree import additive_mask, depths
-from specviz.models.kernels import pack_linears
+from specviz.models.kernels import pack_linears, use_grouped_sdpa
 from specviz.models.loading import EMBEDDED, load_model
 
 
@@ -49,11 +49,12 @@ class Target:
 
     @classmethod
     def load(cls, name: str = EMBEDDED, device: str = "auto", threads: int | None = None) -> "Target":
-        """The model with its linear layers prepacked for oneDNN on CPU (kernels.py)."""
+        """The model with its linear layers prepacked for oneDNN and grouped-query attention
+        kept grouped, on CPU (kernels.py)."""
         if threads:
             torch.set_num_threads(threads)
         model, tok, model_id = load_model(name, device)
-        target = cls(pack_linears(model), tok, model_id)
+        target = cls(use_grouped_sdpa(pack_linears(model)), tok, model_id)
         target.warm_up()
         return target
 
