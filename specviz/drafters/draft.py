@@ -27,6 +27,7 @@ from specviz.engine.cost import (Acceptance, ForwardCost, forward_cost, verify_p
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 from specviz.models.kernels import Prepacked, pack_linears
+from specviz.models.kvcache import new_cache
 
 ID = "draft"
 
@@ -135,7 +136,7 @@ class DraftLMDrafter:
         self.vocab_ids = model.vocab_ids
 
     def start(self, prompt_ids, feats) -> DraftState:
-        return DraftState(list(prompt_ids[:-1]), DynamicCache(config=self.model.lm.config))
+        return DraftState(list(prompt_ids[:-1]), new_cache(self.model.lm.config))
 
     @torch.no_grad()
     def draft(self, state: DraftState, root: int, sp: SamplingParams, generator) -> DraftTree:

@@ -16,6 +16,7 @@ from transformers import DynamicCache
 
 from specviz.engine.tree import additive_mask, depths
 from specviz.models.kernels import pack_linears, use_grouped_sdpa
+from specviz.models.kvcache import new_cache
 from specviz.models.loading import EMBEDDED, load_model
 
 
@@ -103,7 +104,7 @@ class Target:
 
     # --- caches ----------------------------------------------------------------------------
     def new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self.model.config)
+        return new_cache(self.model.config)
 
     @staticmethod
     def cache_len(cache: DynamicCache) -> int:
@@ -119,15 +120,13 @@ class Target:
     @staticmethod
     def keep(cache: DynamicCache, start: int, rel: list[int]) -> None:
         """Tree compaction: keep positions start+rel (in order) at start.., drop the rest."""
-        if rel == list(range(len(rel))):
-            Target.crop(cache, start + len(rel))
-            return
-        idx = torch.tensor(rel, dtype=torch.long)
-        for layer in cache.layers:
-            for name in ("keys", "values"):
-                t = getattr(layer, name)
-                kept = t.index_select(-2, (idx + start).to(t.device))
-                setattr(layer, name, torch.cat([t[..., :start, :], kept], dim=-2))
+        if rel != list(range(len(rel))):
+            idx = torch.tensor(rel, dtype=torch.long) + start
+            with torch.inference_mode():   # the cache's tensors are inference tensors
+                for layer in cache.layers:
+                    for t in (layer.keys, layer.values):
+                        t[..., start:start + len(rel), :] = t.index_select(-2, idx.to(t.device))
+        Target.crop(cache, start + len(rel))
 
     # --- forward ---------------------------------------------------------------------------
     @torch.inference_mode()
