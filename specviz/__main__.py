@@ -60,6 +60,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--prompts", required=True, help="JSONL prompt file")
     b.add_argument("--max-new-tokens", type=int, default=None)
     b.add_argument("--peers", action="store_true", help="add HF generate baselines")
+    b.add_argument("--repeats", type=int, default=1,
+                   help="run every strategy on every prompt N times (interleaved passes) and keep "
+                        "each prompt's median run: steadier per-prompt ratios on a noisy machine")
     _common(b)
 
     r = sub.add_parser("replay", help="validate a trace and print its metrics")
@@ -116,10 +119,11 @@ def cmd_bench(a: argparse.Namespace) -> None:
     if a.max_new_tokens is not None:
         _settings(a, a.max_new_tokens)
     settings = _settings(a, a.max_new_tokens or 1)
+    bench.check_repeats(a.repeats)
     prompts = bench.read_prompts(a.prompts)
     target = _load(a)
     log = (lambda s: None) if a.json else (lambda s: print(s, file=sys.stderr))
-    report = bench.bench(target, ids, prompts, a.max_new_tokens, settings, a.peers, log)
+    report = bench.bench(target, ids, prompts, a.max_new_tokens, settings, a.peers, log, a.repeats)
     print(json.dumps(report, ensure_ascii=False, allow_nan=False) if a.json else bench.table(report))
 
 

@@ -191,6 +191,14 @@ def drafter_for(target, strategy_id: str, settings=None) -> Drafter | None:
         return _cache[key]
 
 
+def forget(target) -> None:
+    """Drop this target's drafters, and with them what they learnt across requests (the n-gram
+    store): the next request builds fresh ones, as a new process would."""
+    with _lock:
+        for key in [k for k in _cache if k[0] == id(target)]:
+            del _cache[key]
+
+
 def settings_dict(settings) -> dict[str, Any]:
     return dataclasses.asdict(settings) if settings is not None else {}
 

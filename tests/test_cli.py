@@ -98,6 +98,33 @@ def test_bench_sampling_has_null_greedy_match(capsys, tmp_path):
         assert 1 <= d["strategies"][name]["prompts"][0]["new_tokens"] <= 4
 
 
+def test_bench_repeats_keep_each_prompts_median_run(capsys, tmp_path):
+    """--repeats 3: three interleaved passes; each row is the pass of median wall time, with
+    every pass's wall time listed (each pass starts with fresh drafters: test_forget_... below)."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "category": "qa",
+                                   "prompt": "Repeat: one two three one two three"}) + "\n")
+    code, out, _ = run_cli(capsys, "bench", "--strategies", "ar,ngram", "--prompts", str(prompts),
+                           "--max-new-tokens", "10", "--threads", "2", "--repeats", "3", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["settings"]["repeats"] == 3
+    for name in ("ar", "ngram"):
+        row = d["strategies"][name]["prompts"][0]
+        runs = row["wall_s_runs"]
+        assert len(runs) == 3 and row["wall_s"] == sorted(runs)[1]
+        assert row["tokens_per_s"] == pytest.approx(row["new_tokens"] / row["wall_s"])
+        assert d["strategies"][name]["aggregate"]["greedy_match_rate"] == 1.0
+
+
+def test_forget_drops_what_drafters_learnt(tiny_target):
+    from specviz import strategies
+    first = strategies.drafter_for(tiny_target, "ngram")
+    assert strategies.drafter_for(tiny_target, "ngram") is first      # cached per target
+    strategies.forget(tiny_target)
+    assert strategies.drafter_for(tiny_target, "ngram") is not first
+
+
 @pytest.fixture(scope="module")
 def corrupt_model(tmp_path_factory):
     from specviz.models.loading import embedded_folder
@@ -127,6 +154,7 @@ BAD = [
     (["bench", "--strategies", "ar,ngram:bogus=1", "--prompts", "x.jsonl"], "no setting"),
     (["bench", "--strategies", "ngram:max_draft", "--prompts", "x.jsonl"], "KEY=VALUE"),
     (["bench", "--strategies", "ar", "--prompts", "/nonexistent.jsonl"], "cannot read prompt file"),
+    (["bench", "--strategies", "ar", "--prompts", "x.jsonl", "--repeats", "0"], "--repeats"),
     (["replay", "/nonexistent/trace.jsonl"], "cannot read trace"),
 ]
 
