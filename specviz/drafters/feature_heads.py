@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from specviz.drafters import weights
 from specviz.drafters.layers import vocab_lookup, widen
 from specviz.engine.cost import Acceptance, ForwardCost, best_budget, worth_drafting
-from specviz.engine.sampling import SamplingParams, draw
+from specviz.engine import sampling
+from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 from specviz.models.kernels import pack_linears
 from specviz.train import distill
@@ -276,11 +277,8 @@ def chain(head, state: HeadState, root: int, gamma: int, sp: SamplingParams,
 
 def pick(head, logits: torch.Tensor, sp: SamplingParams, generator: torch.Generator | None
          ) -> tuple[int, float, torch.Tensor | None, float]:
-    """sampling.draw over the target vocabulary from [Vd] draft logits, plus the token's
-    confidence (its draft probability at T=1, shown in the UI)."""
-    full = widen(logits.float(), head.vocab_ids, head.vocab)
-    tok, q, row = draw(full, sp, generator)
-    return tok, q, row, float(torch.softmax(full, -1)[tok])
+    """sampling.pick over the target vocabulary from [Vd] draft logits."""
+    return sampling.pick(widen(logits.float(), head.vocab_ids, head.vocab), sp, generator)
 
 
 # --- training-time unroll --------------------------------------------------------------------

@@ -26,7 +26,7 @@ from torch import nn
 from specviz.drafters import weights
 from specviz.drafters.layers import DecoderLayer, DraftHead, LayerShape, causal_mask, copy_target_layer
 from specviz.engine.cost import Acceptance, ForwardCost, chain_values, forward_cost, verify_prefix
-from specviz.engine.sampling import SamplingParams, draw
+from specviz.engine.sampling import SamplingParams, pick
 from specviz.engine.tree import DraftTree
 from specviz.models.kernels import pack_linears
 
@@ -138,10 +138,8 @@ class MtpDrafter:
         state.feats.clear()
         toks, qs, rows, confs = [], [], [], []
         for k in range(self.gamma):
-            full = self.head.full(self.head.logits(normed))
-            tok, q, q_row = draw(full, sp, generator)
-            toks.append(tok), qs.append(q), rows.append(q_row)
-            confs.append(float(torch.softmax(full, -1)[tok]))   # its draft probability at T=1
+            tok, q, q_row, conf = pick(self.head.full(self.head.logits(normed)), sp, generator)
+            toks.append(tok), qs.append(q), rows.append(q_row), confs.append(conf)
             if k + 1 < self.gamma:
                 h_out, normed = self._step(state, [tok], h_out[None])
         # drop the draft steps' keys/values: the cache keeps committed positions only

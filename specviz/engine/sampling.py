@@ -67,3 +67,11 @@ def draw(logits: torch.Tensor, sp: SamplingParams,
         return tok, 1.0, None
     tok = sample(q, generator)
     return tok, float(q[tok]), q
+
+
+def pick(logits: torch.Tensor, sp: SamplingParams, generator: torch.Generator | None
+         ) -> tuple[int, float, torch.Tensor | None, float]:
+    """`draw` from [V] logits, plus the token's confidence: its probability at temperature 1
+    with no truncation (what the UI shows as the drafter's own belief)."""
+    tok, q, row = draw(logits, sp, generator)
+    return tok, q, row, float(torch.softmax(logits.float(), -1)[tok])
