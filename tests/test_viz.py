@@ -2,6 +2,7 @@
 tokens escaping, narration and the explorer. No model, no torch."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pytest
@@ -89,6 +90,18 @@ def test_empty_and_chain_tree():
     assert len(tree.tree_figure(None).data) == 0
     fig = tree.tree_figure(steps.fold(run_events()).steps[1])
     assert {t.name for t in fig.data if t.mode == "markers+text"} == {"root", "plain step"}
+
+
+def test_tree_note_is_escaped_and_wrapped():
+    evs = run_events()
+    long = "EAGLE-2 <dynamic> tree: " + "a long explanation of the step " * 6
+    evs[1] = dataclasses.replace(evs[1], note=long)
+    fig = tree.tree_figure(steps.fold(evs).steps[0], "Draft tree, step 1")
+    title = fig.layout.title.text
+    lines = title.split("<sup>")[1].removesuffix("</sup>").split("<br>")
+    assert len(lines) > 1 and all(len(x) <= tree.NOTE_WIDTH + 8 for x in lines)
+    assert "&lt;dynamic&gt;" in title and "<dynamic>" not in title
+    assert fig.layout.margin.t >= 44 + 14 * len(lines)
 
 
 def test_kv_drops():

@@ -7,6 +7,7 @@ and the target's own token hangs after the path end as an extra node.
 from __future__ import annotations
 
 import html
+import textwrap
 
 import networkx as nx
 import plotly.graph_objects as go
@@ -17,6 +18,7 @@ from specviz.viz.tokens import node_hover, visible
 
 EXTRA = "extra"   # graph id of the target's own token
 PATH_TRACE = "accepted path"
+NOTE_WIDTH = 80    # characters of the step note per title line
 
 
 def graph(step: Step) -> nx.DiGraph:
@@ -84,8 +86,9 @@ def tree_figure(step: Step | None, title: str = "") -> go.Figure:
             hovertext=[html.escape(h) for h in hovers], hoverinfo="text",
             customdata=[str(n) for n in nodes]))
     note = d.note + (" (fallback: plain target step)" if d.fallback else "")
-    if note:
+    if note:   # plotly does not wrap titles: wrap the note to the half-page panel's width
+        lines = textwrap.wrap(note, NOTE_WIDTH)
         fig.update_layout(title=dict(text=f"{fig.layout.title.text}<br><sup>"
-                                          f"{html.escape(note)}</sup>"),
-                          margin=dict(t=60))
+                                          + "<br>".join(map(html.escape, lines)) + "</sup>"),
+                          margin=dict(t=44 + 14 * len(lines)))
     return fig
