@@ -63,6 +63,10 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=1,
                    help="run every strategy on every prompt N times (interleaved passes) and keep "
                         "each prompt's median run: steadier per-prompt ratios on a noisy machine")
+    b.add_argument("--lockstep", action="store_true",
+                   help="on each prompt, the strategies and peers take turns one decoding step "
+                        "each, and a run's time is the sum of its own turns: a busy or drifting "
+                        "machine slows them all alike, so ratios are paired step by step")
     _common(b)
 
     r = sub.add_parser("replay", help="validate a trace and print its metrics")
@@ -123,7 +127,8 @@ def cmd_bench(a: argparse.Namespace) -> None:
     prompts = bench.read_prompts(a.prompts)
     target = _load(a)
     log = (lambda s: None) if a.json else (lambda s: print(s, file=sys.stderr))
-    report = bench.bench(target, ids, prompts, a.max_new_tokens, settings, a.peers, log, a.repeats)
+    report = bench.bench(target, ids, prompts, a.max_new_tokens, settings, a.peers, log, a.repeats,
+                         a.lockstep)
     print(json.dumps(report, ensure_ascii=False, allow_nan=False) if a.json else bench.table(report))
 
 

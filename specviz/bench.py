@@ -10,11 +10,12 @@ import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
 import torch
 
-from specviz import runner, strategies
+from specviz import events as ev
+from specviz import runner, strategies, turns
 from specviz.engine.decode import BadRequest, GenSettings
 from specviz.models.target import Target
 
@@ -69,7 +70,29 @@ def greedy_match(target: Target, prompt_ids: list[int], ref: list[int], got: lis
     return bool(top2[0] - top2[1] <= TIE_GAP)
 
 
-def _hf_runner(target: Target, name: str) -> Callable[[list[int], GenSettings], tuple[list[int], float]]:
+# A runner's run on one prompt: a generator that yields the seconds of each of its turns (one
+# turn in all, or one per decoding step when `stepped`) and returns (tokens, target forwards).
+Turns = Generator[float, None, tuple[list[int], int | None]]
+Runner = Callable[[list[int], GenSettings, bool], Turns]
+
+
+def _ours(target: Target, sid: str, overrides: dict[str, str]) -> Runner:
+    def go(pids: list[int], s: GenSettings, stepped: bool) -> Turns:
+        events = []
+        t = time.perf_counter()
+        for e in runner.stream(target, sid, pids, s, overrides):
+            events.append(e)
+            if stepped and isinstance(e, ev.KVUpdated):
+                yield time.perf_counter() - t
+                t = time.perf_counter()
+        yield time.perf_counter() - t
+        return [tok for e in events if isinstance(e, ev.Accepted) for tok in e.new_tokens], \
+            events[-1].target_forwards
+
+    return go
+
+
+def _hf_runner(target: Target, name: str) -> Runner:
     extra: dict[str, Any] = {}
     if name == "hf-prompt-lookup":
         extra["prompt_lookup_num_tokens"] = 10
@@ -77,7 +100,7 @@ def _hf_runner(target: Target, name: str) -> Callable[[list[int], GenSettings], 
         from specviz.drafters.draft import load_draft_lm  # the `draft` strategy's LM
         extra["assistant_model"] = load_draft_lm(target)
 
-    def go(ids: list[int], s: GenSettings) -> tuple[list[int], float]:
+    def generate(ids: list[int], s: GenSettings, streamer=None) -> list[int]:
         x = torch.tensor([ids], device=target.device)
         kw: dict[str, Any] = dict(max_new_tokens=s.max_new_tokens, pad_token_id=target.tokenizer.eos_token_id)
         if s.temperature > 0:
@@ -85,12 +108,39 @@ def _hf_runner(target: Target, name: str) -> Callable[[list[int], GenSettings], 
             torch.manual_seed(s.seed)
         else:
             kw |= dict(do_sample=False, temperature=None, top_p=None, top_k=None)
-        t = time.perf_counter()
-        with torch.inference_mode():
-            out = target.model.generate(x, attention_mask=torch.ones_like(x), **kw, **extra)
-        return out[0, len(ids):].tolist(), time.perf_counter() - t
+        with torch.inference_mode():   # (per thread: a stepped run sets it in its worker)
+            out = target.model.generate(x, attention_mask=torch.ones_like(x), streamer=streamer,
+                                        **kw, **extra)
+        return out[0, len(ids):].tolist()
+
+    def go(ids: list[int], s: GenSettings, stepped: bool) -> Turns:
+        if stepped:
+            toks = yield from turns.in_turns(lambda pause: generate(ids, s, turns.Streamer(pause)))
+        else:
+            t = time.perf_counter()
+            toks = generate(ids, s)
+            yield time.perf_counter() - t
+        return toks, None
 
     return go
+
+
+def _run(runs: dict[str, Turns], lockstep: bool) -> dict[str, tuple[list[int], float, int | None]]:
+    """Drive each runner's run to its end, in the dict's order: one after another, or (lockstep)
+    one turn each in round-robin. Returns name -> (tokens, wall seconds, target forwards), the
+    wall time being the sum of the runner's own turns."""
+    wall = dict.fromkeys(runs, 0.0)
+    done: dict[str, tuple[list[int], int | None]] = {}
+    while len(done) < len(runs):
+        for name, it in runs.items():
+            while name not in done:
+                try:
+                    wall[name] += next(it)
+                except StopIteration as stop:
+                    done[name] = stop.value
+                if lockstep:
+                    break
+    return {name: (toks, wall[name], fw) for name, (toks, fw) in done.items()}
 
 
 MAX_REPEATS = 20
@@ -103,19 +153,24 @@ def check_repeats(repeats: int) -> None:
 
 def bench(target: Target, strategy_ids: list[str], prompts: list[Prompt], max_new_tokens: int | None,
           settings: GenSettings, peers: bool, log: Callable[[str], None] = lambda s: None,
-          repeats: int = 1) -> dict:
-    """With repeats > 1 the whole interleaved pass runs that many times, each starting from a
+          repeats: int = 1, lockstep: bool = False) -> dict:
+    """Every runner on every prompt; the order of the runners rotates from prompt to prompt.
+
+    With repeats > 1 the whole interleaved pass runs that many times, each starting from a
     fresh process's cross-request state (`strategies.forget`: the n-gram store learns the same
     way in every pass), and each prompt's row for a strategy is its run of median wall time
-    (its `wall_s_runs` lists every pass): single-prompt ratios then hold on a noisy machine."""
+    (its `wall_s_runs` lists every pass). With lockstep the runners on a prompt take turns one
+    decoding step each (HF generate pauses at each step in a worker thread, turns.py), and a
+    run's wall time is the sum of its own turns: a drift in the machine's speed then falls on
+    every runner alike, step by step. Both steady single-prompt ratios on a noisy machine."""
     check_repeats(repeats)
     ids = ["ar"] + [s for s in strategy_ids if s != "ar"]
-    runners: dict[str, Callable] = {}
+    runners: dict[str, Runner] = {}
     for name in ids:
         sid, overrides = strategies.parse_variant(name)
         # load weights (or fail) before any timing
         strategies.drafter_for(target, sid, strategies.parse_settings(sid, overrides))
-        runners[name] = lambda p, s, sid=sid, o=overrides: _ours(target, sid, p, s, o)
+        runners[name] = _ours(target, sid, overrides)
     skipped: dict[str, str] = {}
     if peers:
         for name in PEERS:
@@ -128,8 +183,8 @@ def bench(target: Target, strategy_ids: list[str], prompts: list[Prompt], max_ne
     for r in range(repeats):
         if r:
             strategies.forget(target)
-        for go in runners.values():
-            go(target.encode("Hello"), warm)
+        _run({k: go(target.encode("Hello"), warm, lockstep) for k, go in runners.items()},
+             lockstep)
         for n, pr in enumerate(prompts):
             pids = runner.encode(target, pr.prompt)
             s = GenSettings(max_new_tokens=max_new_tokens or pr.max_new_tokens or 128,
@@ -137,13 +192,12 @@ def bench(target: Target, strategy_ids: list[str], prompts: list[Prompt], max_ne
                             top_k=settings.top_k, seed=settings.seed)
             order = list(runners)
             k = (n + r) % len(order)
-            results = {}
-            for name in order[k:] + order[:k]:  # rotate: no fixed position bias
-                results[name] = runners[name](pids, s)
-                log(f"{pr.id} {name}: {len(results[name][0])} tokens in {results[name][1]:.2f} s")
+            results = _run({name: runners[name](pids, s, lockstep)   # rotate: no fixed
+                            for name in order[k:] + order[:k]}, lockstep)  # position bias
+            for name, (toks, wall, _) in results.items():
+                log(f"{pr.id} {name}: {len(toks)} tokens in {wall:.2f} s")
             ref = results["ar"][0]
-            for name, (toks, wall, *fw) in results.items():
-                forwards = fw[0] if fw else None
+            for name, (toks, wall, forwards) in results.items():
                 match = greedy_match(target, pids, ref, toks) if settings.temperature == 0 else None
                 runs[name][n].append({
                     "id": pr.id, "category": pr.category, "new_tokens": len(toks), "wall_s": wall,
@@ -152,7 +206,7 @@ def bench(target: Target, strategy_ids: list[str], prompts: list[Prompt], max_ne
                     "mean_accepted_length": len(toks) / forwards if forwards else None,
                     "greedy_match": match})
     rows = {name: [_median_run(rs) for rs in per_prompt] for name, per_prompt in runs.items()}
-    return _report(rows, target, settings, max_new_tokens, skipped, repeats)
+    return _report(rows, target, settings, max_new_tokens, skipped, repeats, lockstep)
 
 
 def _median_run(rows: list[dict]) -> dict:
@@ -162,15 +216,8 @@ def _median_run(rows: list[dict]) -> dict:
     return mid | {"wall_s_runs": [x["wall_s"] for x in rows]}
 
 
-def _ours(target: Target, sid: str, pids: list[int], s: GenSettings,
-          overrides: dict[str, str]) -> tuple[list[int], float, int]:
-    res = runner.generate(target, sid, pids, s, overrides)
-    fin = res.finished
-    return res.token_ids, fin.wall_s, fin.target_forwards
-
-
 def _report(rows: dict[str, list[dict]], target: Target, s: GenSettings, max_new_tokens: int | None,
-            skipped: dict[str, str], repeats: int) -> dict:
+            skipped: dict[str, str], repeats: int, lockstep: bool) -> dict:
     def agg(name: str) -> dict:
         r = rows[name]
         tok = sum(x["new_tokens"] for x in r)
@@ -189,7 +236,7 @@ def _report(rows: dict[str, list[dict]], target: Target, s: GenSettings, max_new
         "model": target.model_id, "device": str(target.device),
         "dtype": str(target.dtype).replace("torch.", ""), "max_new_tokens": max_new_tokens,
         "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "seed": s.seed,
-        "repeats": repeats,
+        "repeats": repeats, "lockstep": lockstep,
         "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
         "platform": platform.platform(), "skipped_peers": skipped}, "strategies": {}}
     for name, a in aggs.items():

@@ -117,6 +117,26 @@ def test_bench_repeats_keep_each_prompts_median_run(capsys, tmp_path):
         assert d["strategies"][name]["aggregate"]["greedy_match_rate"] == 1.0
 
 
+def test_bench_lockstep_takes_turns_with_the_peers(capsys, tmp_path):
+    """--lockstep: ours and HF generate (paused at each step in a worker thread) take turns on
+    each prompt; the tokens are those of a serial run, and each run's time is its own."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "category": "qa",
+                                   "prompt": "Repeat: one two three one two three"}) + "\n")
+    code, out, _ = run_cli(capsys, "bench", "--strategies", "ar,ngram", "--prompts", str(prompts),
+                           "--max-new-tokens", "10", "--threads", "2", "--peers", "--lockstep",
+                           "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["settings"]["lockstep"] is True
+    ar = d["strategies"]["ar"]["prompts"][0]
+    for name in ("ar", "ngram", "hf-generate", "hf-prompt-lookup"):
+        row = d["strategies"][name]["prompts"][0]
+        assert row["greedy_match"] is True and row["new_tokens"] == ar["new_tokens"]
+        assert 0 < row["wall_s"] and row["tokens_per_s"] == pytest.approx(row["new_tokens"] / row["wall_s"])
+    assert d["strategies"]["ar"]["prompts"][0]["target_forwards"] == ar["new_tokens"]
+
+
 def test_forget_drops_what_drafters_learnt(tiny_target):
     from specviz import strategies
     first = strategies.drafter_for(tiny_target, "ngram")
