@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import platform
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,20 +126,23 @@ def _hf_runner(target: Target, name: str) -> Runner:
     return go
 
 
-def _run(runs: dict[str, Turns], lockstep: bool) -> dict[str, tuple[list[int], float, int | None]]:
-    """Drive each runner's run to its end, in the dict's order: one after another, or (lockstep)
-    one turn each in round-robin. Returns name -> (tokens, wall seconds, target forwards), the
-    wall time being the sum of the runner's own turns."""
+def _run(runs: dict[str, Turns], turn_order: random.Random | None
+         ) -> dict[str, tuple[list[int], float, int | None]]:
+    """Drive each runner's run to its end: one after another in the dict's order, or, given
+    `turn_order` (a seeded RNG: lockstep), in rounds of one turn each, in a fresh random order
+    every round (no runner always follows the same one). Returns name -> (tokens, wall seconds,
+    target forwards), the wall time being the sum of the runner's own turns."""
     wall = dict.fromkeys(runs, 0.0)
     done: dict[str, tuple[list[int], int | None]] = {}
     while len(done) < len(runs):
-        for name, it in runs.items():
+        names = [n for n in runs if n not in done]
+        for name in turn_order.sample(names, len(names)) if turn_order else names:
             while name not in done:
                 try:
-                    wall[name] += next(it)
+                    wall[name] += next(runs[name])
                 except StopIteration as stop:
                     done[name] = stop.value
-                if lockstep:
+                if turn_order:
                     break
     return {name: (toks, wall[name], fw) for name, (toks, fw) in done.items()}
 
@@ -160,9 +164,10 @@ def bench(target: Target, strategy_ids: list[str], prompts: list[Prompt], max_ne
     fresh process's cross-request state (`strategies.forget`: the n-gram store learns the same
     way in every pass), and each prompt's row for a strategy is its run of median wall time
     (its `wall_s_runs` lists every pass). With lockstep the runners on a prompt take turns one
-    decoding step each (HF generate pauses at each step in a worker thread, turns.py), and a
-    run's wall time is the sum of its own turns: a drift in the machine's speed then falls on
-    every runner alike, step by step. Both steady single-prompt ratios on a noisy machine."""
+    decoding step each, in a seeded random order each round (HF generate pauses at each step
+    in a worker thread, turns.py), and a run's wall time is the sum of its own turns: a drift
+    in the machine's speed then falls on every runner alike, step by step. Both steady
+    single-prompt ratios on a noisy machine."""
     check_repeats(repeats)
     ids = ["ar"] + [s for s in strategy_ids if s != "ar"]
     runners: dict[str, Runner] = {}
@@ -180,20 +185,21 @@ def bench(target: Target, strategy_ids: list[str], prompts: list[Prompt], max_ne
                 skipped[name] = str(exc)
     warm = GenSettings(max_new_tokens=4, temperature=settings.temperature, seed=settings.seed)
     runs: dict[str, list[list[dict]]] = {k: [[] for _ in prompts] for k in runners}
+    turn_order = random.Random(settings.seed) if lockstep else None
     for r in range(repeats):
         if r:
             strategies.forget(target)
         _run({k: go(target.encode("Hello"), warm, lockstep) for k, go in runners.items()},
-             lockstep)
+             turn_order)
         for n, pr in enumerate(prompts):
             pids = runner.encode(target, pr.prompt)
             s = GenSettings(max_new_tokens=max_new_tokens or pr.max_new_tokens or 128,
                             temperature=settings.temperature, top_p=settings.top_p,
                             top_k=settings.top_k, seed=settings.seed)
-            order = list(runners)
+            order = list(runners)   # rotated from prompt to prompt: no fixed position bias
             k = (n + r) % len(order)
-            results = _run({name: runners[name](pids, s, lockstep)   # rotate: no fixed
-                            for name in order[k:] + order[:k]}, lockstep)  # position bias
+            results = _run({name: runners[name](pids, s, lockstep)
+                            for name in order[k:] + order[:k]}, turn_order)
             for name, (toks, wall, _) in results.items():
                 log(f"{pr.id} {name}: {len(toks)} tokens in {wall:.2f} s")
             ref = results["ar"][0]
