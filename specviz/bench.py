@@ -75,22 +75,35 @@ def greedy_match(target: Target, prompt_ids: list[int], ref: list[int], got: lis
 # turn in all, or one per decoding step when `stepped`) and returns (tokens, target forwards).
 Turns = Generator[float, None, tuple[list[int], int | None]]
 Runner = Callable[[list[int], GenSettings, bool], Turns]
+Pause = Callable[[], None]
 
 
 def _ours(target: Target, sid: str, overrides: dict[str, str]) -> Runner:
-    def go(pids: list[int], s: GenSettings, stepped: bool) -> Turns:
+    def decode(pids: list[int], s: GenSettings, pause: Pause | None):
         events = []
-        t = time.perf_counter()
         for e in runner.stream(target, sid, pids, s, overrides):
             events.append(e)
-            if stepped and isinstance(e, ev.KVUpdated):
-                yield time.perf_counter() - t
-                t = time.perf_counter()
-        yield time.perf_counter() - t
+            if pause and isinstance(e, ev.KVUpdated):
+                pause()
         return [tok for e in events if isinstance(e, ev.Accepted) for tok in e.new_tokens], \
             events[-1].target_forwards
 
+    def go(pids: list[int], s: GenSettings, stepped: bool) -> Turns:
+        return (yield from _turns(lambda pause: decode(pids, s, pause), stepped))
+
     return go
+
+
+def _turns(work: Callable[[Pause | None], Any], stepped: bool) -> Turns:
+    """One run as turns: `work(pause)` in a worker thread, one turn per step (turns.in_turns;
+    every runner alike, so each has a thread of its own), or `work(None)` in one turn on this
+    thread."""
+    if stepped:
+        return (yield from turns.in_turns(work))
+    t = time.perf_counter()
+    out = work(None)
+    yield time.perf_counter() - t
+    return out
 
 
 def _hf_runner(target: Target, name: str) -> Runner:
@@ -101,7 +114,7 @@ def _hf_runner(target: Target, name: str) -> Runner:
         from specviz.drafters.draft import load_draft_lm  # the `draft` strategy's LM
         extra["assistant_model"] = load_draft_lm(target)
 
-    def generate(ids: list[int], s: GenSettings, streamer=None) -> list[int]:
+    def generate(ids: list[int], s: GenSettings, pause: Pause | None) -> list[int]:
         x = torch.tensor([ids], device=target.device)
         kw: dict[str, Any] = dict(max_new_tokens=s.max_new_tokens, pad_token_id=target.tokenizer.eos_token_id)
         if s.temperature > 0:
@@ -109,18 +122,14 @@ def _hf_runner(target: Target, name: str) -> Runner:
             torch.manual_seed(s.seed)
         else:
             kw |= dict(do_sample=False, temperature=None, top_p=None, top_k=None)
-        with torch.inference_mode():   # (per thread: a stepped run sets it in its worker)
-            out = target.model.generate(x, attention_mask=torch.ones_like(x), streamer=streamer,
+        with torch.inference_mode():   # (per thread: a stepped run enters it in its worker)
+            out = target.model.generate(x, attention_mask=torch.ones_like(x),
+                                        streamer=turns.Streamer(pause) if pause else None,
                                         **kw, **extra)
         return out[0, len(ids):].tolist()
 
     def go(ids: list[int], s: GenSettings, stepped: bool) -> Turns:
-        if stepped:
-            toks = yield from turns.in_turns(lambda pause: generate(ids, s, turns.Streamer(pause)))
-        else:
-            t = time.perf_counter()
-            toks = generate(ids, s)
-            yield time.perf_counter() - t
+        toks = yield from _turns(lambda pause: generate(ids, s, pause), stepped)
         return toks, None
 
     return go

@@ -1,5 +1,6 @@
-"""Taking turns: run a blocking call (Hugging Face `generate`) one step at a time, so the bench
-can interleave it step by step with the engine's own runs.
+"""Taking turns: run a blocking call one step at a time in a thread of its own, so the bench
+can interleave decoders step by step, Hugging Face `generate` (which cannot be stepped from
+outside) as well as the engine's own runs.
 
 Boundary: `in_turns(work)` runs `work(pause)` in a worker thread that stops at every `pause()`
 until the caller asks for the next turn; `Streamer` is a `generate` streamer that pauses at
