@@ -9,11 +9,11 @@ narrate the rejection-sampling rule. With --set, the strategies are recorded wit
 settings instead, and the file names end in -<setting><value> (e.g. -threshold0.2).
 Strategies whose drafter is unavailable are skipped with the reason.
 
-The shipped traces come from `python -m demos.record` and
-`python -m demos.record --strategies dspark --set dspark:threshold=0.2 --sampled dspark=1`
-(the -threshold0.2 files, which the DSpark walkthrough names, date from before 0.2 became
-the default; `ngram-copy-list-sampled.jsonl` is kept from the previous ngram policy, whose
-sampled run the ngram walkthrough narrates).
+The shipped traces (2026-12-01: the shipped weights, the current ngram policy) come from
+`python -m demos.record` and `python -m demos.record --strategies dspark
+--set dspark:scheduler=threshold --set dspark:threshold=0.2 --sampled dspark=1` (the DSpark
+walkthrough narrates the threshold rule, which greedy runs use only when asked). A walkthrough
+names its trace and the steps it shows: re-recording changes the steps, so pick them again.
 """
 from __future__ import annotations
 

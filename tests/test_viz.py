@@ -92,6 +92,27 @@ def test_empty_and_chain_tree():
     assert {t.name for t in fig.data if t.mode == "markers+text"} == {"root", "plain step"}
 
 
+def test_deep_tree_labels_only_what_the_target_looked_at():
+    """A 16-deep block draft of which 1 token was verified: the 15 pending nodes keep their
+    hover text but no label (16 labels in a row collide)."""
+    n = 16
+    evs = [start(),
+           DraftProposed(step=1, tokens=list(range(100, 101 + n)),
+                         pieces=["r"] + [f"t{i}" for i in range(n)], parents=list(range(-1, n)),
+                         depths=list(range(n + 1)), q=[None] + [1.0] * n,
+                         confidence=[None] + [0.5] * n, draft_s=0.01, t=0.1),
+           Verified(step=1, p=[None, 0.9], argmax=[None, 101], argmax_pieces=[None, "t0"],
+                    draw=[None, None], verify_s=0.05, input_tokens=2, t=0.2),
+           Accepted(step=1, path=[0, 1], n_accepted=1, token=7, piece="x", source="bonus",
+                    new_tokens=[101, 7], t=0.21),
+           KVUpdated(step=1, target_before=12, target_after=12, kept=[10, 11], dropped=[], t=0.22)]
+    fig = tree.tree_figure(steps.fold(evs).steps[0])
+    nodes = {t.name: t for t in fig.data if t.mode == "markers+text"}
+    assert len(nodes["pending"].x) == n - 1
+    assert set(nodes["pending"].text) == {""} and all(nodes["pending"].hovertext)
+    assert list(nodes["accepted"].text) == ["t0"]
+
+
 def test_tree_note_is_escaped_and_wrapped():
     evs = run_events()
     long = "EAGLE-2 <dynamic> tree: " + "a long explanation of the step " * 6

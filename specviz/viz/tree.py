@@ -19,6 +19,7 @@ from specviz.viz.tokens import node_hover, visible
 EXTRA = "extra"   # graph id of the target's own token
 PATH_TRACE = "accepted path"
 NOTE_WIDTH = 80    # characters of the step note per title line
+LABEL_DEPTH = 8    # deeper trees label only the nodes the target looked at (labels would collide)
 
 
 def graph(step: Step) -> nx.DiGraph:
@@ -62,6 +63,7 @@ def tree_figure(step: Step | None, title: str = "") -> go.Figure:
                                  mode="lines", line=dict(color=color("accepted"), width=5),
                                  hoverinfo="skip", name=PATH_TRACE))
     d = step.draft
+    crowded = max(d.depths) > LABEL_DEPTH
     groups: dict[str, list] = {}
     for n, attrs in g.nodes(data=True):
         groups.setdefault(attrs["status"], []).append(n)
@@ -82,7 +84,8 @@ def tree_figure(step: Step | None, title: str = "") -> go.Figure:
             name="root" if status == "root" else label(status),
             marker=dict(size=sizes, color=ROOT if status == "root" else color(status),
                         line=dict(color="white", width=1)),
-            text=[html.escape(visible(p)) for p in pieces], textposition="top center",
+            text=["" if crowded and status == "pending" else html.escape(visible(p))
+                  for p in pieces], textposition="top center",
             hovertext=[html.escape(h) for h in hovers], hoverinfo="text",
             customdata=[str(n) for n in nodes]))
     note = d.note + (" (fallback: plain target step)" if d.fallback else "")
