@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -113,7 +114,10 @@ REGISTRY: dict[str, StrategySpec] = {s.id: s for s in [
                         "ablation (its confidences are then no longer calibrated)."),
 ]}
 
-_cache: dict[tuple, Drafter] = {}
+# target -> {(strategy id, settings): drafter}. Keyed by the target object itself, weakly: an id()
+# key outlived its target, and a new target given the same id picked up the old one's drafters
+# (and their n-gram store).
+_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -184,19 +188,19 @@ def drafter_for(target, strategy_id: str, settings=None) -> Drafter | None:
     if sp.build is None:
         return None
     settings = settings if settings is not None else parse_settings(strategy_id)
-    key = (id(target), strategy_id, settings)
+    key = (strategy_id, settings)
     with _lock:
-        if key not in _cache:
-            _cache[key] = sp.build(target, settings)
-        return _cache[key]
+        mine = _cache.setdefault(target, {})
+        if key not in mine:
+            mine[key] = sp.build(target, settings)
+        return mine[key]
 
 
 def forget(target) -> None:
     """Drop this target's drafters, and with them what they learnt across requests (the n-gram
     store): the next request builds fresh ones, as a new process would."""
     with _lock:
-        for key in [k for k in _cache if k[0] == id(target)]:
-            del _cache[key]
+        _cache.pop(target, None)
 
 
 def settings_dict(settings) -> dict[str, Any]:

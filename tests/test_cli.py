@@ -145,6 +145,21 @@ def test_forget_drops_what_drafters_learnt(tiny_target):
     assert strategies.drafter_for(tiny_target, "ngram") is not first
 
 
+def test_drafters_go_with_their_target(tiny_target):
+    """The cache holds a target's drafters only while the target lives: a later target (which
+    may get the same id()) never inherits them, or the n-gram store they learnt."""
+    import copy
+    import gc
+    import weakref
+    from specviz import strategies
+    other = copy.copy(tiny_target)   # another Target object over the same model
+    gone = weakref.ref(strategies.drafter_for(other, "ngram"))
+    assert strategies.drafter_for(tiny_target, "ngram") is not gone()
+    del other
+    gc.collect()
+    assert gone() is None
+
+
 @pytest.fixture(scope="module")
 def corrupt_model(tmp_path_factory):
     from specviz.models.loading import embedded_folder
