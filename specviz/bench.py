@@ -5,13 +5,15 @@ shape of DESIGN.md §5. Ratios are taken within one run so they hold on a noisy 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import random
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Generator
+from typing import Any, Callable, Generator, Iterator
 
 import torch
 
@@ -114,7 +116,7 @@ def _hf_runner(target: Target, name: str) -> Runner:
         from specviz.drafters.draft import load_draft_lm  # the `draft` strategy's LM
         extra["assistant_model"] = load_draft_lm(target)
 
-    def generate(ids: list[int], s: GenSettings, pause: Pause | None) -> list[int]:
+    def generate(ids: list[int], s: GenSettings, pause: Pause | None) -> tuple[list[int], int]:
         x = torch.tensor([ids], device=target.device)
         kw: dict[str, Any] = dict(max_new_tokens=s.max_new_tokens, pad_token_id=target.tokenizer.eos_token_id)
         if s.temperature > 0:
@@ -122,17 +124,35 @@ def _hf_runner(target: Target, name: str) -> Runner:
             torch.manual_seed(s.seed)
         else:
             kw |= dict(do_sample=False, temperature=None, top_p=None, top_k=None)
-        with torch.inference_mode():   # (per thread: a stepped run enters it in its worker)
+        # (per thread: a stepped run enters inference mode in its worker)
+        with torch.inference_mode(), forward_count(target.model) as forwards:
             out = target.model.generate(x, attention_mask=torch.ones_like(x),
                                         streamer=turns.Streamer(pause) if pause else None,
                                         **kw, **extra)
-        return out[0, len(ids):].tolist()
+        return out[0, len(ids):].tolist(), forwards[0]
 
     def go(ids: list[int], s: GenSettings, stepped: bool) -> Turns:
-        toks = yield from _turns(lambda pause: generate(ids, s, pause), stepped)
-        return toks, None
+        return (yield from _turns(lambda pause: generate(ids, s, pause), stepped))
 
     return go
+
+
+@contextlib.contextmanager
+def forward_count(model: torch.nn.Module) -> Iterator[list[int]]:
+    """Count the calls of `model` (the target's CausalLM, which HF `generate` calls once per
+    target forward, its prefill included; the engine calls the inner model and an assistant is
+    another module) made by this thread, into the yielded one-item list."""
+    me, count = threading.get_ident(), [0]
+
+    def hook(module, args):
+        if threading.get_ident() == me:
+            count[0] += 1
+
+    handle = model.register_forward_pre_hook(hook)
+    try:
+        yield count
+    finally:
+        handle.remove()
 
 
 def _run(runs: dict[str, Turns], turn_order: random.Random | None
@@ -218,7 +238,8 @@ def bench(target: Target, strategy_ids: list[str], prompts: list[Prompt], max_ne
                     "id": pr.id, "category": pr.category, "new_tokens": len(toks), "wall_s": wall,
                     "tokens_per_s": len(toks) / wall if wall > 0 else 0.0,
                     "target_forwards": forwards,
-                    "mean_accepted_length": len(toks) / forwards if forwards else None,
+                    "mean_accepted_length": (len(toks) / forwards
+                                             if forwards and name not in PEERS else None),
                     "greedy_match": match})
     rows = {name: [_median_run(rs) for rs in per_prompt] for name, per_prompt in runs.items()}
     return _report(rows, target, settings, max_new_tokens, skipped, repeats, lockstep)
@@ -239,9 +260,9 @@ def _report(rows: dict[str, list[dict]], target: Target, s: GenSettings, max_new
         wall = sum(x["wall_s"] for x in r)
         fw = sum(x["target_forwards"] or 0 for x in r)
         matches = [x["greedy_match"] for x in r]
-        return {"tokens_per_s": tok / wall if wall else 0.0,
-                "mean_accepted_length": tok / fw if fw else None,
-                "new_tokens": tok, "wall_s": wall,
+        return {"tokens_per_s": tok / wall if wall else 0.0,   # peers: τ null (DESIGN.md §5)
+                "mean_accepted_length": tok / fw if fw and name not in PEERS else None,
+                "new_tokens": tok, "wall_s": wall, "target_forwards": fw or None,
                 "greedy_match_rate": None if s.temperature > 0 else sum(matches) / len(matches)}
 
     aggs = {k: agg(k) for k in rows}

@@ -81,6 +81,13 @@ def test_bench_json_contract(capsys, tmp_path):
     assert d["strategies"]["ar"]["aggregate"]["speedup_vs_ar"] == pytest.approx(1.0)
     assert d["strategies"]["ngram"]["aggregate"]["greedy_match_rate"] == 1.0
     assert d["strategies"]["hf-generate"]["aggregate"]["mean_accepted_length"] is None
+    # peers' target forwards are counted (their prefill yields the first token, as our first
+    # verify does): plain generate makes one per token, prompt lookup at most that many
+    for p, q in zip(d["strategies"]["hf-generate"]["prompts"], d["strategies"]["ar"]["prompts"]):
+        assert p["target_forwards"] == p["new_tokens"] == q["target_forwards"]
+        assert p["mean_accepted_length"] is None
+    for p in d["strategies"]["hf-prompt-lookup"]["prompts"]:
+        assert 1 <= p["target_forwards"] <= p["new_tokens"]
     assert d["strategies"]["hf-generate"]["aggregate"]["speedup_vs_hf_generate"] == pytest.approx(1.0)
 
 
@@ -135,6 +142,7 @@ def test_bench_lockstep_takes_turns_with_the_peers(capsys, tmp_path):
         assert row["greedy_match"] is True and row["new_tokens"] == ar["new_tokens"]
         assert 0 < row["wall_s"] and row["tokens_per_s"] == pytest.approx(row["new_tokens"] / row["wall_s"])
     assert d["strategies"]["ar"]["prompts"][0]["target_forwards"] == ar["new_tokens"]
+    assert d["strategies"]["hf-generate"]["prompts"][0]["target_forwards"] == ar["new_tokens"]
 
 
 def test_forget_drops_what_drafters_learnt(tiny_target):
