@@ -1,7 +1,9 @@
 """The benchmark: every strategy (and HF peers) on every prompt, interleaved in one process.
 
-Boundary: prompt files, timing runs, the tie-aware greedy comparison with `ar`, and the JSON
-shape of DESIGN.md §5. Ratios are taken within one run so they hold on a noisy machine.
+Boundary: prompt files, running and timing the runners (ours and the HF peers, one after
+another or taking turns step by step), counting the peers' target forwards, the tie-aware
+greedy comparison with `ar`, and the JSON shape of DESIGN.md §5. Ratios are taken within one
+run so they hold on a noisy machine.
 """
 from __future__ import annotations
 
