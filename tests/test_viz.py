@@ -122,7 +122,7 @@ def test_tree_note_is_escaped_and_wrapped():
     lines = title.split("<sup>")[1].removesuffix("</sup>").split("<br>")
     assert len(lines) > 1 and all(len(x) <= tree.NOTE_WIDTH + 8 for x in lines)
     assert "&lt;dynamic&gt;" in title and "<dynamic>" not in title
-    assert fig.layout.margin.t >= 44 + 14 * len(lines)
+    assert fig.layout.margin.t >= 50 + 14 * len(lines) and fig.layout.title.yanchor == "top"
 
 
 def test_kv_drops():

@@ -22,6 +22,7 @@ from specviz.viz.tokens import tokens_html
 from specviz.viz.tree import tree_figure
 
 DEMOS = Path(__file__).resolve().parents[2] / "demos"
+NOTE_WIDTH = 52   # the tree view can share its row with the confidence and KV charts
 EXPLORER_START = [["the", 0.50, 0.20], ["a", 0.30, 0.60], ["this", 0.15, 0.10], ["my", 0.05, 0.10]]
 
 
@@ -62,7 +63,7 @@ def slide(script: dict | None, index: int) -> list:
     header = (f"<h3>{html.escape(script['title'])}</h3><p><i>Slide {index} of {len(numbers)}: decoding step "
               f"{step.step}</i></p>")
     return [header, narrate(step, view.start), tokens_html(view, step.step),
-            tree_figure(step, f"Draft tree, step {step.step}"), confidence,
+            tree_figure(step, f"Draft tree, step {step.step}", NOTE_WIDTH), confidence,
             kv_figure(view, step.step), index]
 
 

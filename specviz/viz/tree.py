@@ -18,7 +18,7 @@ from specviz.viz.tokens import node_hover, visible
 
 EXTRA = "extra"   # graph id of the target's own token
 PATH_TRACE = "accepted path"
-NOTE_WIDTH = 80    # characters of the step note per title line
+NOTE_WIDTH = 80    # characters of the step note per title line, for a half-page panel
 LABEL_DEPTH = 8    # deeper trees label only the nodes the target looked at (labels would collide)
 
 
@@ -42,7 +42,9 @@ def _size(q: float | None) -> float:
     return 12 + 22 * (1.0 if q is None else q)
 
 
-def tree_figure(step: Step | None, title: str = "") -> go.Figure:
+def tree_figure(step: Step | None, title: str = "", note_width: int = NOTE_WIDTH) -> go.Figure:
+    """The step's draft tree; `note_width` wraps the step's note (characters per line) to the
+    panel the figure is shown in (plotly does not wrap titles)."""
     fig = go.Figure()
     fig.update_layout(title=title or "Draft tree", height=360, margin=dict(l=10, r=10, t=40, b=10),
                       xaxis=dict(visible=False), yaxis=dict(visible=False),
@@ -51,6 +53,9 @@ def tree_figure(step: Step | None, title: str = "") -> go.Figure:
         return fig
     g = graph(step)
     pos = nx.multipartite_layout(g, subset_key="layer", align="vertical")
+    ys = [y for _, y in pos.values()]
+    span = (max(ys) - min(ys)) or 1.0   # room above the top node for its label
+    fig.update_yaxes(range=[min(ys) - 0.15 * span, max(ys) + 0.3 * span])
     ex, ey = [], []
     for a, b in g.edges:
         ex += [pos[a][0], pos[b][0], None]
@@ -89,9 +94,10 @@ def tree_figure(step: Step | None, title: str = "") -> go.Figure:
             hovertext=[html.escape(h) for h in hovers], hoverinfo="text",
             customdata=[str(n) for n in nodes]))
     note = d.note + (" (fallback: plain target step)" if d.fallback else "")
-    if note:   # plotly does not wrap titles: wrap the note to the half-page panel's width
-        lines = textwrap.wrap(note, NOTE_WIDTH)
+    if note:
+        lines = textwrap.wrap(note, note_width)
         fig.update_layout(title=dict(text=f"{fig.layout.title.text}<br><sup>"
-                                          + "<br>".join(map(html.escape, lines)) + "</sup>"),
-                          margin=dict(t=44 + 14 * len(lines)))
+                                          + "<br>".join(map(html.escape, lines)) + "</sup>",
+                                     yref="container", y=1, yanchor="top", pad=dict(t=56)),
+                          margin=dict(t=84 + 18 * len(lines)))   # (56 px: below the panel's label)
     return fig
