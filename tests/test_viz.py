@@ -151,6 +151,15 @@ def test_confidence_prefix():
     shapes = fig.layout.shapes
     assert any(sh.y0 == 0.5 and sh.y1 == 0.5 for sh in shapes)      # the threshold line
     assert any(sh.x0 == 2.5 and sh.x1 == 2.5 for sh in shapes)      # the truncation point
+    cut = next(a for a in fig.layout.annotations if a.text.startswith("verify"))
+    assert cut.text == "verify 2 (threshold)" and cut.xanchor == "right"   # left of a late cut
+    long = "hardware-aware scheduler: best (1 + a_1 + .. + a_j) x verify steps/s; 60 ms"
+    evs = run_events()
+    evs[2] = dataclasses.replace(evs[2], reason=long, verify_len=1)
+    cut = next(a for a in charts.confidence_figure(steps.fold(evs).steps[0]).layout.annotations
+               if a.text.startswith("verify"))
+    assert cut.text == "verify 1 (hardware-aware scheduler)" and cut.hovertext == long
+    assert cut.xanchor == "left"
     none = charts.confidence_figure(steps.fold(run_events()).steps[1])
     assert "no confidence" in none.layout.annotations[0].text
 

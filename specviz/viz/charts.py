@@ -4,10 +4,14 @@ Boundary: folded steps -> Plotly figures. Colours from `legend`; text through ht
 """
 from __future__ import annotations
 
+import html
+
 import plotly.graph_objects as go
 
 from specviz.viz.legend import color
 from specviz.viz.steps import RunView, Step
+
+REASON_CHARS = 40   # a schedule reason longer than this is shortened on the chart
 
 
 def _base(title: str, height: int = 300) -> go.Figure:
@@ -82,8 +86,14 @@ def confidence_figure(step: Step | None) -> go.Figure:
     if sch.threshold is not None:
         fig.add_hline(y=sch.threshold, line=dict(color=color("rejected"), dash="dash"),
                       annotation_text=f"threshold {sch.threshold:g}", name="threshold")
+    # a short reason rides on the line; of a long one (the hardware scheduler's) only its head
+    # before ":", the whole is the hover text. The label sits on the side with more room.
+    short = sch.reason if len(sch.reason) <= REASON_CHARS else sch.reason.split(":")[0]
+    text = f"verify {sch.verify_len}" + (f" ({short})" if len(short) <= REASON_CHARS else "")
+    right = sch.verify_len + 0.5 <= (len(k) + 1) / 2
     fig.add_vline(x=sch.verify_len + 0.5, line=dict(color="#212529", dash="dot"),
-                  annotation_text=f"verify {sch.verify_len} ({sch.reason})")
+                  annotation=dict(text=html.escape(text), hovertext=html.escape(sch.reason)),
+                  annotation_position="top right" if right else "top left")
     return fig
 
 
