@@ -110,7 +110,9 @@ class Trusting(Acceptance):
 
 def test_draft_chain_follows_the_cost_model(tiny_target, heads):
     ids = tiny_target.encode(PROMPTS[0])
-    free = ForwardCost([1], [0.04])                      # verifying more tokens costs nothing
+    # verifying more tokens costs nothing, and a verify is so slow that this machine's measured
+    # drafting time (noisy under load) never decides whether one more token pays
+    free = ForwardCost([1], [10.0])
     for cost, n in [(free, 4), (DEAR, 0)]:
         drafter = DraftLMDrafter(heads["draft"], DraftSettings(gamma=4, min_confidence=0.99), cost)
         state = drafter.start(ids, None)
