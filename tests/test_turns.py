@@ -48,9 +48,9 @@ def test_a_turn_counts_its_own_time_only():
     times = []
     for t in gen:
         times.append(t)
-        time.sleep(0.1)      # the caller's time between turns is not the worker's
+        time.sleep(0.5)      # the caller's time between turns is not the worker's
     assert len(times) == 4
-    assert all(0.015 <= t < 0.09 for t in times[:3]) and times[3] < 0.09
+    assert all(0.015 <= t < 0.4 for t in times[:3]) and times[3] < 0.4
 
 
 def test_an_error_in_the_call_is_raised_to_the_caller():
