@@ -83,14 +83,14 @@ Pause = Callable[[], None]
 
 
 def _ours(target: Target, sid: str, overrides: dict[str, str]) -> Runner:
-    def decode(pids: list[int], s: GenSettings, pause: Pause | None):
+    def decode(pids: list[int], s: GenSettings, pause: Pause | None) -> tuple[list[int], int]:
         events = []
         for e in runner.stream(target, sid, pids, s, overrides):
             events.append(e)
             if pause and isinstance(e, ev.KVUpdated):
                 pause()
-        return [tok for e in events if isinstance(e, ev.Accepted) for tok in e.new_tokens], \
-            events[-1].target_forwards
+        res = runner.Result.of(sid, events)
+        return res.token_ids, res.finished.target_forwards
 
     def go(pids: list[int], s: GenSettings, stepped: bool) -> Turns:
         return (yield from _turns(lambda pause: decode(pids, s, pause), stepped))

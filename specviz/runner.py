@@ -22,6 +22,12 @@ class Result:
     text: str
     events: list[ev.Event]
 
+    @classmethod
+    def of(cls, strategy: str, events: list[ev.Event]) -> "Result":
+        """The result of a finished run's events (the last one is its RunFinished)."""
+        tokens = [t for e in events if isinstance(e, ev.Accepted) for t in e.new_tokens]
+        return cls(strategy, tokens, events[-1].text, events)
+
     @property
     def finished(self) -> ev.RunFinished:
         fin = self.events[-1]
@@ -53,6 +59,4 @@ def stream(target: Target, strategy: str, prompt_ids: list[int], settings: GenSe
 
 def generate(target: Target, strategy: str, prompt_ids: list[int], settings: GenSettings,
              overrides: dict[str, Any] | None = None) -> Result:
-    events = list(stream(target, strategy, prompt_ids, settings, overrides))
-    tokens = [t for e in events if isinstance(e, ev.Accepted) for t in e.new_tokens]
-    return Result(strategy, tokens, events[-1].text, events)
+    return Result.of(strategy, list(stream(target, strategy, prompt_ids, settings, overrides)))
