@@ -63,10 +63,14 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=1,
                    help="run every strategy on every prompt N times (interleaved passes) and keep "
                         "each prompt's median run: steadier per-prompt ratios on a noisy machine")
-    b.add_argument("--lockstep", action="store_true",
-                   help="on each prompt, the strategies and peers take turns one decoding step "
-                        "each, and a run's time is the sum of its own turns: a busy or drifting "
-                        "machine slows them all alike, so ratios are paired step by step")
+    mode = b.add_mutually_exclusive_group()
+    mode.add_argument("--lockstep", dest="lockstep", action="store_true", default=True,
+                      help="(the default) on each prompt, the strategies and peers take turns one "
+                           "decoding step each, and a run's time is the sum of its own turns: a "
+                           "busy or drifting machine slows them all alike, so ratios are paired "
+                           "step by step")
+    mode.add_argument("--serial", dest="lockstep", action="store_false",
+                      help="on each prompt, run the strategies and peers one after another")
     _common(b)
 
     r = sub.add_parser("replay", help="validate a trace and print its metrics")

@@ -100,14 +100,30 @@ def _ours(target: Target, sid: str, overrides: dict[str, str]) -> Runner:
 
 def _turns(work: Callable[[Pause | None], Any], stepped: bool) -> Turns:
     """One run as turns: `work(pause)` in a worker thread, one turn per step (turns.in_turns;
-    every runner alike, so each has a thread of its own), or `work(None)` in one turn on this
-    thread."""
+    every runner alike, so each has a thread of its own, and torch's global RNG state of its
+    own: `_private_rng`), or `work(None)` in one turn on this thread."""
     if stepped:
-        return (yield from turns.in_turns(work))
+        return (yield from turns.in_turns(lambda pause: work(_private_rng(pause))))
     t = time.perf_counter()
     out = work(None)
     yield time.perf_counter() - t
     return out
+
+
+def _private_rng(pause: Pause) -> Pause:
+    """A pause that keeps torch's global RNG states (CPU and CUDA) to the paused runner: HF
+    `generate` samples from them, so without this, sampled peers taking turns would draw from
+    one shared stream and their tokens would differ from a serial run's with the same seed."""
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+
+    def private() -> None:
+        cpu, gpu = torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
+        pause()
+        torch.set_rng_state(cpu)
+        if cuda:
+            torch.cuda.set_rng_state_all(gpu)
+
+    return private
 
 
 def _hf_runner(target: Target, name: str) -> Runner:
@@ -188,17 +204,18 @@ def check_repeats(repeats: int) -> None:
 
 def bench(target: Target, strategy_ids: list[str], prompts: list[Prompt], max_new_tokens: int | None,
           settings: GenSettings, peers: bool, log: Callable[[str], None] = lambda s: None,
-          repeats: int = 1, lockstep: bool = False) -> dict:
+          repeats: int = 1, lockstep: bool = True) -> dict:
     """Every runner on every prompt; the order of the runners rotates from prompt to prompt.
 
     With repeats > 1 the whole interleaved pass runs that many times, each starting from a
     fresh process's cross-request state (`strategies.forget`: the n-gram store learns the same
     way in every pass), and each prompt's row for a strategy is its run of median wall time
-    (its `wall_s_runs` lists every pass). With lockstep the runners on a prompt take turns one
-    decoding step each, in a seeded random order each round (HF generate pauses at each step
-    in a worker thread, turns.py), and a run's wall time is the sum of its own turns: a drift
-    in the machine's speed then falls on every runner alike, step by step. Both steady
-    single-prompt ratios on a noisy machine."""
+    (its `wall_s_runs` lists every pass). With lockstep (the default) the runners on a prompt
+    take turns one decoding step each, in a seeded random order each round (HF generate pauses
+    at each step in a worker thread, turns.py), and a run's wall time is the sum of its own
+    turns: a drift in the machine's speed then falls on every runner alike, step by step.
+    Without it (serial), the runners on a prompt run one after another. Both repeats and
+    lockstep steady single-prompt ratios on a noisy machine."""
     check_repeats(repeats)
     ids = ["ar"] + [s for s in strategy_ids if s != "ar"]
     runners: dict[str, Runner] = {}

@@ -106,16 +106,17 @@ def test_bench_sampling_has_null_greedy_match(capsys, tmp_path):
 
 
 def test_bench_repeats_keep_each_prompts_median_run(capsys, tmp_path):
-    """--repeats 3: three interleaved passes; each row is the pass of median wall time, with
+    """--repeats 3 --serial: three interleaved passes; each row is the pass of median wall time, with
     every pass's wall time listed (each pass starts with fresh drafters: test_forget_... below)."""
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "category": "qa",
                                    "prompt": "Repeat: one two three one two three"}) + "\n")
     code, out, _ = run_cli(capsys, "bench", "--strategies", "ar,ngram", "--prompts", str(prompts),
-                           "--max-new-tokens", "10", "--threads", "2", "--repeats", "3", "--json")
+                           "--max-new-tokens", "10", "--threads", "2", "--repeats", "3", "--serial",
+                           "--json")
     assert code == 0
     d = json.loads(out)
-    assert d["settings"]["repeats"] == 3
+    assert d["settings"]["repeats"] == 3 and d["settings"]["lockstep"] is False
     for name in ("ar", "ngram"):
         row = d["strategies"][name]["prompts"][0]
         runs = row["wall_s_runs"]
@@ -125,17 +126,16 @@ def test_bench_repeats_keep_each_prompts_median_run(capsys, tmp_path):
 
 
 def test_bench_lockstep_takes_turns_with_the_peers(capsys, tmp_path):
-    """--lockstep: ours and HF generate (paused at each step in a worker thread) take turns on
-    each prompt; the tokens are those of a serial run, and each run's time is its own."""
+    """Lockstep (the default): ours and HF generate (paused at each step in a worker thread) take
+    turns on each prompt; the tokens are those of a serial run, and each run's time is its own."""
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "category": "qa",
                                    "prompt": "Repeat: one two three one two three"}) + "\n")
     code, out, _ = run_cli(capsys, "bench", "--strategies", "ar,ngram", "--prompts", str(prompts),
-                           "--max-new-tokens", "10", "--threads", "2", "--peers", "--lockstep",
-                           "--json")
+                           "--max-new-tokens", "10", "--threads", "2", "--peers", "--json")
     assert code == 0
     d = json.loads(out)
-    assert d["settings"]["lockstep"] is True
+    assert d["settings"]["lockstep"] is True   # the default
     ar = d["strategies"]["ar"]["prompts"][0]
     for name in ("ar", "ngram", "hf-generate", "hf-prompt-lookup"):
         row = d["strategies"][name]["prompts"][0]
@@ -143,6 +143,23 @@ def test_bench_lockstep_takes_turns_with_the_peers(capsys, tmp_path):
         assert 0 < row["wall_s"] and row["tokens_per_s"] == pytest.approx(row["new_tokens"] / row["wall_s"])
     assert d["strategies"]["ar"]["prompts"][0]["target_forwards"] == ar["new_tokens"]
     assert d["strategies"]["hf-generate"]["prompts"][0]["target_forwards"] == ar["new_tokens"]
+
+
+def test_lockstep_peers_sample_as_in_a_serial_run(target):
+    """Sampled HF peers draw from torch's global RNG: taking turns, each keeps its own RNG state,
+    so every runner's tokens are those of a serial run with the same seed."""
+    import random
+    from specviz import bench
+    from specviz.engine.decode import GenSettings
+    ids = target.encode("Tell me a story about a fox.")
+    s = GenSettings(max_new_tokens=12, temperature=1.0, seed=5)
+    runners = {"ngram": bench._ours(target, "ngram", {"store": "false"}),   # no memory of run 1
+               "hf-generate": bench._hf_runner(target, "hf-generate"),
+               "hf-prompt-lookup": bench._hf_runner(target, "hf-prompt-lookup")}
+    serial = bench._run({k: r(ids, s, False) for k, r in runners.items()}, None)
+    stepped = bench._run({k: r(ids, s, True) for k, r in runners.items()}, random.Random(0))
+    for name in runners:
+        assert stepped[name][0] == serial[name][0], name
 
 
 def test_forget_drops_what_drafters_learnt(tiny_target):
