@@ -305,12 +305,25 @@ def _report(rows: dict[str, list[dict]], target: Target, s: GenSettings, max_new
 
 
 def table(report: dict) -> str:
-    head = f"{'strategy':<18}{'tok/s':>8}{'tau':>7}{'vs ar':>8}{'vs hf':>8}{'greedy':>8}"
+    """The report for a terminal: one line per strategy (aggregates), then one line per prompt
+    with each strategy's speedup over `ar` on it ("x" marks a greedy mismatch)."""
+    f = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+    head = f"{'strategy':<18}{'tok/s':>8}{'tau':>7}{'fwd':>6}{'vs ar':>8}{'vs hf':>8}{'greedy':>8}"
     lines = [head, "-" * len(head)]
     for name, d in report["strategies"].items():
         a = d["aggregate"]
-        f = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
         lines.append(f"{name:<18}{f(a['tokens_per_s']):>8}{f(a['mean_accepted_length']):>7}"
-                     f"{f(a['speedup_vs_ar']):>8}{f(a['speedup_vs_hf_generate']):>8}"
-                     f"{f(a['greedy_match_rate']):>8}")
+                     f"{a['target_forwards'] or '-':>6}{f(a['speedup_vs_ar']):>8}"
+                     f"{f(a['speedup_vs_hf_generate']):>8}{f(a['greedy_match_rate']):>8}")
+    names = [n for n in report["strategies"] if n != "ar"]
+    if not names:
+        return "\n".join(lines)
+    width = {n: max(7, len(n) + 2) for n in names}
+    head = f"{'prompt':<18}{'tokens':>7}{'ar tok/s':>9}" + "".join(f"{n:>{width[n]}}" for n in names)
+    lines += ["", "speedup over ar, per prompt", head, "-" * len(head)]
+    rows = {n: d["prompts"] for n, d in report["strategies"].items()}
+    for i, ar in enumerate(rows["ar"]):
+        cells = "".join(f"{f(r['speedup_vs_ar']) + ('x' if r['greedy_match'] is False else ''):>{width[n]}}"
+                        for n in names for r in [rows[n][i]])
+        lines.append(f"{ar['id'][:17]:<18}{ar['new_tokens']:>7}{f(ar['tokens_per_s'], 1):>9}{cells}")
     return "\n".join(lines)

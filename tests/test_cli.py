@@ -145,6 +145,28 @@ def test_bench_lockstep_takes_turns_with_the_peers(capsys, tmp_path):
     assert d["strategies"]["hf-generate"]["prompts"][0]["target_forwards"] == ar["new_tokens"]
 
 
+def test_bench_table_shows_aggregates_and_each_prompt():
+    from specviz.bench import table
+
+    def row(pid, tps, vs_ar, match=True):
+        return {"id": pid, "new_tokens": 10, "tokens_per_s": tps, "speedup_vs_ar": vs_ar,
+                "greedy_match": match}
+
+    def strat(tps, vs_ar, tau, fwd, prompts):
+        return {"aggregate": {"tokens_per_s": tps, "mean_accepted_length": tau, "target_forwards": fwd,
+                              "speedup_vs_ar": vs_ar, "speedup_vs_hf_generate": None,
+                              "greedy_match_rate": 0.5}, "prompts": prompts}
+
+    report = {"settings": {}, "strategies": {
+        "ar": strat(10.0, 1.0, 1.0, 20, [row("p1", 10.0, 1.0), row("p2", 10.0, 1.0)]),
+        "ngram": strat(15.0, 1.5, 1.4, 14, [row("p1", 20.0, 2.0), row("p2", 9.0, 0.9, False)])}}
+    lines = table(report).splitlines()
+    assert lines[2].split() == ["ar", "10.00", "1.00", "20", "1.00", "-", "0.50"]
+    assert lines[3].split() == ["ngram", "15.00", "1.40", "14", "1.50", "-", "0.50"]
+    assert lines[-2].split() == ["p1", "10", "10.0", "2.00"]
+    assert lines[-1].split() == ["p2", "10", "10.0", "0.90x"]   # x: tokens differ from ar's
+
+
 def test_lockstep_peers_sample_as_in_a_serial_run(target):
     """Sampled HF peers draw from torch's global RNG: taking turns, each keeps its own RNG state,
     so every runner's tokens are those of a serial run with the same seed."""
