@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -114,10 +113,10 @@ REGISTRY: dict[str, StrategySpec] = {s.id: s for s in [
                         "ablation (its confidences are then no longer calibrated)."),
 ]}
 
-# target -> {(strategy id, settings): drafter}. Keyed by the target object itself, weakly: an id()
-# key outlived its target, and a new target given the same id picked up the old one's drafters
-# (and their n-gram store).
-_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Drafters are cached in their target's own `drafters` dict, {(strategy id, settings): drafter}.
+# Elsewhere they would outlive it or keep it alive: an id() key was reused by a new target, which
+# picked up the old one's drafters (and their n-gram store); a weak key never died, since the
+# drafters hold their target.
 _lock = threading.Lock()
 
 
@@ -190,17 +189,16 @@ def drafter_for(target, strategy_id: str, settings=None) -> Drafter | None:
     settings = settings if settings is not None else parse_settings(strategy_id)
     key = (strategy_id, settings)
     with _lock:
-        mine = _cache.setdefault(target, {})
-        if key not in mine:
-            mine[key] = sp.build(target, settings)
-        return mine[key]
+        if key not in target.drafters:
+            target.drafters[key] = sp.build(target, settings)
+        return target.drafters[key]
 
 
 def forget(target) -> None:
     """Drop this target's drafters, and with them what they learnt across requests (the n-gram
     store): the next request builds fresh ones, as a new process would."""
     with _lock:
-        _cache.pop(target, None)
+        target.drafters.clear()
 
 
 def settings_dict(settings) -> dict[str, Any]:

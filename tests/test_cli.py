@@ -195,16 +195,32 @@ def test_forget_drops_what_drafters_learnt(tiny_target):
 def test_drafters_go_with_their_target(tiny_target):
     """The cache holds a target's drafters only while the target lives: a later target (which
     may get the same id()) never inherits them, or the n-gram store they learnt."""
-    import copy
     import gc
     import weakref
     from specviz import strategies
-    other = copy.copy(tiny_target)   # another Target object over the same model
+    from specviz.models.target import Target
+    other = Target(tiny_target.model, tiny_target.tokenizer, "other")   # the same model again
     gone = weakref.ref(strategies.drafter_for(other, "ngram"))
     assert strategies.drafter_for(tiny_target, "ngram") is not gone()
     del other
     gc.collect()
     assert gone() is None
+
+
+def test_a_target_and_its_drafters_are_freed_together(target):
+    """Drafters that hold their target (mtp here) must not keep it, and its weights' packed
+    copies, alive through the cache once nothing else uses it."""
+    import gc
+    import weakref
+    from specviz import strategies
+    from specviz.models.target import Target
+    other = Target(target.model, target.tokenizer, target.model_id)   # the model mtp is for
+    drafter = strategies.drafter_for(other, "mtp")
+    assert drafter.target is other
+    gone, gone_target = weakref.ref(drafter), weakref.ref(other)
+    del drafter, other
+    gc.collect()
+    assert gone() is None and gone_target() is None
 
 
 @pytest.fixture(scope="module")

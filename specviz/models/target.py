@@ -1,7 +1,8 @@
 """The target wrapper: one small interface over a Hugging Face causal LM.
 
 Boundary: prefill / forward on new tokens with explicit position ids and an optional tree mask,
-feature taps, and KV crop (rollback) and keep (tree compaction). It hides transformers'
+feature taps, and KV crop (rollback) and keep (tree compaction); a slot for the drafters built
+for it. It hides transformers'
 cache-API differences (the `past_key_values` -> `cache` rename, `crop` semantics) and the chat
 template. The engine talks to models only through this class.
 """
@@ -43,6 +44,9 @@ class Target:
         params = inspect.signature(model.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._pieces: dict[int, str] = {}
+        # drafters built for this target (strategies.drafter_for): they hold the target, so they
+        # live here, and go with it, rather than in a registry that would keep it alive
+        self.drafters: dict = {}
         eos = tokenizer.eos_token_id
         self.eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
