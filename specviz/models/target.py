@@ -2,9 +2,8 @@
 
 Boundary: prefill / forward on new tokens with explicit position ids and an optional tree mask,
 feature taps, and KV crop (rollback) and keep (tree compaction); a slot for the drafters built
-for it. It hides transformers'
-cache-API differences (the `past_key_values` -> `cache` rename, `crop` semantics) and the chat
-template. The engine talks to models only through this class.
+for it. It hides transformers' cache-API differences (the `past_key_values` -> `cache` rename,
+`crop` semantics) and the chat template. The engine talks to models only through this class.
 """
 from __future__ import annotations
 
