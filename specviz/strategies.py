@@ -11,7 +11,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from specviz.drafters.base import Drafter, DrafterUnavailable
+from specviz.drafters.base import DrafterUnavailable
+from specviz.engine.drafter import Drafter
 from specviz.drafters.dflash import DFlashSettings, build_dflash
 from specviz.drafters.dspark import DSparkSettings, build_dspark
 from specviz.drafters.mtp import MtpSettings, build_mtp

@@ -14,8 +14,8 @@ from specviz.drafters.ngram import (CONTEXT, Evidence, NgramDrafter, NgramSettin
                                     trie)
 from specviz.engine.cost import ForwardCost, best_budget
 from specviz.engine.sampling import SamplingParams
-from specviz.engine.tree import (DraftTree, additive_mask, after_chain, ancestor_mask, children, depths,
-                                 paths)
+from specviz.engine.tree import DraftTree, after_chain, children, paths
+from specviz.models.masks import additive_mask, ancestor_mask, depths
 
 #         0
 #       /   \

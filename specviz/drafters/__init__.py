@@ -1,1 +1,1 @@
-"""Drafters: one module per family, all satisfying the small `Drafter` protocol of base.py."""
+"""Drafters: one module per family, all satisfying the small `Drafter` protocol of specviz/engine/drafter.py."""

@@ -16,7 +16,7 @@ import torch
 
 from specviz import events as ev
 from specviz import metrics
-from specviz.drafters.base import Drafter
+from specviz.engine.drafter import Drafter
 from specviz.engine.sampling import SamplingParams, probs
 from specviz.engine.tree import DraftTree, after_chain
 from specviz.engine.verify import verify

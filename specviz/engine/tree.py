@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specviz.models.masks import depths
+
 
 @dataclass
 class Schedule:
@@ -79,13 +81,6 @@ class DraftTree:
                          self.confidence[:keep], self.schedule, self.fallback, self.note)
 
 
-def depths(parents: list[int]) -> list[int]:
-    out: list[int] = []
-    for p in parents:
-        out.append(0 if p < 0 else out[p] + 1)
-    return out
-
-
 def after_chain(n: int, parents: list[int]) -> list[int]:
     """Parents of n chained tokens followed by a tree whose root continues the chain: one
     forward then runs a prompt and the first draft tree together."""
@@ -100,16 +95,6 @@ def children(parents: list[int]) -> list[list[int]]:
     return out
 
 
-def ancestor_mask(parents: list[int]) -> torch.Tensor:
-    """[n, n] bool: M[i, j] is True when node i may attend to node j (j is i or an ancestor)."""
-    n = len(parents)
-    m = torch.eye(n, dtype=torch.bool)
-    for i, p in enumerate(parents):
-        if p >= 0:
-            m[i] |= m[p]
-    return m
-
-
 def paths(parents: list[int]) -> list[list[int]]:
     """Root-to-leaf node-id paths (the `retrieve` indices of Medusa/EAGLE)."""
     kids = children(parents)
@@ -120,17 +105,3 @@ def paths(parents: list[int]) -> list[list[int]]:
             path.append(parents[path[-1]])
         out.append(path[::-1])
     return out
-
-
-def additive_mask(parents: list[int], past_len: int, dtype: torch.dtype,
-                  device: torch.device | str = "cpu") -> torch.Tensor:
-    """Float additive 4D mask (1, 1, n, past_len + n): 0 = attend, finfo.min = blocked.
-
-    Causal over the committed prefix, the ancestor mask inside the tree block (DESIGN.md §3.4:
-    a boolean 4D mask would be *added* by eager attention and give wrong results).
-    """
-    n = len(parents)
-    allowed = torch.cat([torch.ones(n, past_len, dtype=torch.bool), ancestor_mask(parents)], dim=1)
-    mask = torch.zeros(n, past_len + n, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None].to(device)

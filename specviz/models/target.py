@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from specviz.engine.tree import additive_mask, depths
+from specviz.models.masks import additive_mask, depths
 from specviz.models.kernels import pack_linears, use_grouped_sdpa
 from specviz.models.kvcache import new_cache
 from specviz.models.loading import EMBEDDED, load_model
