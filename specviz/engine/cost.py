@@ -19,6 +19,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from specviz.engine.scheduler import algorithm1
+
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 CONTEXT = 64
 
@@ -155,18 +157,10 @@ def best_budget(values: Sequence[float], draft_s: float, cost: Callable[[int], f
 def prefix_schedule(survival: Sequence[float], cost: Callable[[int], float]) -> int:
     """DSpark's hardware-aware prefix scheduler (ALGORITHMS.md §6, Algorithm 1) for one request:
     how many drafts to verify. survival[j-1] = a_j, the draft's estimate that drafts 1..j are
-    all accepted (non-increasing). Verify steps per second at width B are 1 / cost(B). Extend
-    the prefix while tau * SPS(B) grows and stop at the first j that does not raise it: the
-    early break means draft j is kept or dropped from a_1..a_j alone, before any later draft
-    is looked at."""
-    tau, best, keep = 1.0, 1.0 / cost(1), 0
-    for j, a in enumerate(survival, 1):
-        tau += a
-        theta = tau / cost(1 + j)
-        if theta <= best:
-            break
-        best, keep = theta, j
-    return keep
+    all accepted (non-increasing). Verify steps per second at width B are 1 / cost(B). The batch
+    version (`scheduler.algorithm1`) with R = 1: its early break means draft j is kept or dropped
+    from a_1..a_j alone, before any later draft is looked at."""
+    return algorithm1([list(survival)], lambda b: 1.0 / cost(b))[0]
 
 
 def worth_drafting(values: Sequence[float], new_nodes: int, new_gain: float, draft_s: float,
