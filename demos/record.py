@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from specviz import strategies
+from specviz import runner, strategies
 from specviz.drafters.base import DrafterUnavailable
-from specviz.engine.decode import GenSettings, run
+from specviz.engine.decode import GenSettings
 from specviz.events import write_trace
 from specviz.models.target import Target
 
@@ -37,11 +37,8 @@ MAX_TRACE_KB = 150          # keep the shipped traces small
 
 def record(target: Target, strategy: str, overrides: dict[str, str], prompt: dict,
            settings: GenSettings, path: Path) -> None:
-    knobs = strategies.parse_settings(strategy, overrides)
-    drafter = strategies.drafter_for(target, strategy, knobs)
-    events = list(run(target, target.encode(prompt["prompt"]), settings, drafter,
-                      strategy=strategy, strategy_settings=strategies.settings_dict(knobs),
-                      drafter_id=strategy if drafter else None))
+    events = runner.generate(target, strategy=strategy, prompt_ids=target.encode(prompt["prompt"]),
+                             gen=settings, overrides=overrides).events
     write_trace(events, path)
     fin = events[-1]
     kb = path.stat().st_size / 1024

@@ -77,6 +77,16 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("trace")
     r.add_argument("--json", action="store_true")
 
+    x = sub.add_parser("export", help="write a shipped drafter in the published layout vLLM / "
+                       "SGLang load")
+    x.add_argument("drafter", help="eagle3, eagle1, dflash-b8, dflash-b16 or dspark")
+    x.add_argument("--out", required=True, help="folder to write")
+    x.add_argument("--format", default="auto", choices=["auto", "eagle3", "eagle1", "dflash", "dspark"])
+    x.add_argument("--model", default=EMBEDDED, help="the target the drafter was trained for")
+    x.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    x.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    x.add_argument("--json", action="store_true", help="print one JSON object")
+
     sub.add_parser("train", help="train drafters (see: python -m specviz train --help)", add_help=False)
     return ap
 
@@ -102,7 +112,8 @@ def cmd_generate(a: argparse.Namespace) -> None:
         raise BadRequest("the prompt is empty")
     target = _load(a)
     ids = runner.encode(target, a.prompt, a.chat)
-    res = runner.generate(target, a.strategy, ids, settings, overrides)
+    res = runner.generate(target, strategy=a.strategy, prompt_ids=ids, gen=settings,
+                          overrides=overrides)
     if a.trace:
         events.write_trace(res.events, a.trace)
     m = metrics.from_finished(res.finished)
@@ -131,8 +142,9 @@ def cmd_bench(a: argparse.Namespace) -> None:
     prompts = bench.read_prompts(a.prompts)
     target = _load(a)
     log = (lambda s: None) if a.json else (lambda s: print(s, file=sys.stderr))
-    report = bench.bench(target, ids, prompts, a.max_new_tokens, settings, a.peers, log, a.repeats,
-                         a.lockstep)
+    report = bench.bench(target, strategy_ids=ids, prompts=prompts,
+                         max_new_tokens=a.max_new_tokens, settings=settings, peers=a.peers,
+                         log=log, repeats=a.repeats, lockstep=a.lockstep)
     print(json.dumps(report, ensure_ascii=False, allow_nan=False) if a.json else bench.table(report))
 
 
@@ -148,6 +160,21 @@ def cmd_replay(a: argparse.Namespace) -> None:
         print(m["text"])
 
 
+def cmd_export(a: argparse.Namespace) -> None:
+    from specviz.drafters.published.export import export
+    report = export(a.drafter, a.out, _load(a), a.format)
+    if a.json:
+        print(json.dumps(report, ensure_ascii=False))
+    else:
+        print(f"{a.drafter} -> {report['path']} ({report['format']} layout): "
+              f"{', '.join(report['files'])}")
+        print(f"vLLM:   --speculative-config '{json.dumps(report['speculative_config'])}'")
+        print(f"SGLang: {' '.join(report['sglang_args'])}")
+        print("What a serving engine computes differently:")
+        for d in report["differences"]:
+            print(f"- {d}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["train"]:
@@ -156,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = parser()
     a = ap.parse_args(argv)
     try:
-        {"generate": cmd_generate, "bench": cmd_bench, "replay": cmd_replay}[a.cmd](a)
+        {"generate": cmd_generate, "bench": cmd_bench, "replay": cmd_replay,
+         "export": cmd_export}[a.cmd](a)
     except USER_ERRORS as exc:
         print(f"specviz: error: {exc}", file=sys.stderr)
         return 2

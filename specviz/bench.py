@@ -85,7 +85,7 @@ Pause = Callable[[], None]
 def _ours(target: Target, sid: str, overrides: dict[str, str]) -> Runner:
     def decode(pids: list[int], s: GenSettings, pause: Pause | None) -> tuple[list[int], int]:
         events = []
-        for e in runner.stream(target, sid, pids, s, overrides):
+        for e in runner.stream(target, strategy=sid, prompt_ids=pids, gen=s, overrides=overrides):
             events.append(e)
             if pause and isinstance(e, ev.KVUpdated):
                 pause()
@@ -202,9 +202,10 @@ def check_repeats(repeats: int) -> None:
         raise BadRequest(f"--repeats must be in 1..{MAX_REPEATS}, got {repeats}")
 
 
-def bench(target: Target, strategy_ids: list[str], prompts: list[Prompt], max_new_tokens: int | None,
-          settings: GenSettings, peers: bool, log: Callable[[str], None] = lambda s: None,
-          repeats: int = 1, lockstep: bool = True) -> dict:
+def bench(target: Target, *, strategy_ids: list[str], prompts: list[Prompt],
+          max_new_tokens: int | None, settings: GenSettings, peers: bool = False,
+          log: Callable[[str], None] = lambda s: None, repeats: int = 1,
+          lockstep: bool = True) -> dict:
     """Every runner on every prompt; the order of the runners rotates from prompt to prompt.
 
     With repeats > 1 the whole interleaved pass runs that many times, each starting from a
@@ -222,7 +223,7 @@ def bench(target: Target, strategy_ids: list[str], prompts: list[Prompt], max_ne
     for name in ids:
         sid, overrides = strategies.parse_variant(name)
         # load weights (or fail) before any timing
-        strategies.drafter_for(target, sid, strategies.parse_settings(sid, overrides))
+        runner.prepare(target, strategy=sid, prompt_ids=[], gen=settings, overrides=overrides)
         runners[name] = _ours(target, sid, overrides)
     skipped: dict[str, str] = {}
     if peers:

@@ -14,6 +14,11 @@ CONTRACT_KEYS = ("new_tokens", "wall_s", "tokens_per_s", "target_forwards", "mea
                  "acceptance_by_position", "draft_s", "verify_s")
 
 
+def token_ids(events: Iterable[Event]) -> list[int]:
+    """The new tokens of a run, in order (what its Accepted events committed)."""
+    return [t for e in events if isinstance(e, Accepted) for t in e.new_tokens]
+
+
 def acceptance_by_position(events: Iterable[Event]) -> list[float]:
     """Rate at which draft depth j (1-based, list index j-1) was accepted when it was verified."""
     offered: list[int] = []

@@ -1,7 +1,9 @@
-"""Running one request end to end: prompt text -> events, with the strategy's drafter.
+"""The one path from a request to events: strategy + settings -> drafter -> engine run.
 
-Boundary: glue shared by the CLI, the bench and the UI (strategy lookup, prompt encoding,
-engine run, trace writing). It owns no model state beyond the registry's drafter cache.
+Boundary: glue shared by the CLI, the bench, the UI, the demo recorder and the batched server
+(strategy lookup and settings, prompt encoding, the engine run). `prepare` checks a request and
+builds its drafter; `events` runs a prepared request; `stream` / `generate` do both. It owns no
+model state beyond the registry's drafter cache.
 """
 from __future__ import annotations
 
@@ -10,9 +12,24 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from specviz import events as ev
-from specviz import strategies
+from specviz import metrics, strategies
 from specviz.engine.decode import BadRequest, GenSettings, run
+from specviz.engine.drafter import Drafter
 from specviz.models.target import Target
+
+
+@dataclass
+class RunSpec:
+    """A checked request, ready to run: the strategy's settings and its (cached) drafter."""
+    strategy: str
+    prompt_ids: list[int]
+    gen: GenSettings
+    settings: Any = None            # the strategy's settings dataclass (None for `ar`)
+    drafter: Drafter | None = None
+
+    @property
+    def settings_dict(self) -> dict[str, Any]:
+        return strategies.settings_dict(self.settings)
 
 
 @dataclass
@@ -25,8 +42,7 @@ class Result:
     @classmethod
     def of(cls, strategy: str, events: list[ev.Event]) -> "Result":
         """The result of a finished run's events (the last one is its RunFinished)."""
-        tokens = [t for e in events if isinstance(e, ev.Accepted) for t in e.new_tokens]
-        return cls(strategy, tokens, events[-1].text, events)
+        return cls(strategy, metrics.token_ids(events), events[-1].text, events)
 
     @property
     def finished(self) -> ev.RunFinished:
@@ -44,19 +60,33 @@ def encode(target: Target, prompt: str | list[dict], chat: bool | None = None) -
     return target.encode(prompt, chat=use_chat)
 
 
-def stream(target: Target, strategy: str, prompt_ids: list[int], settings: GenSettings,
+def prepare(target: Target, *, strategy: str, prompt_ids: list[int], gen: GenSettings,
+            overrides: dict[str, Any] | None = None) -> RunSpec:
+    """Check a request and build its drafter. Raises UnknownStrategy / ValueError / BadRequest /
+    DrafterUnavailable for a request that cannot run."""
+    settings = strategies.parse_settings(strategy, overrides)
+    drafter = strategies.drafter_for(target, strategy, settings)
+    gen.check()
+    return RunSpec(strategy, list(prompt_ids), gen, settings, drafter)
+
+
+def events(target: Target, spec: RunSpec, cancel: threading.Event | None = None
+           ) -> Iterator[ev.Event]:
+    """The events of a prepared request's run."""
+    return run(target, spec.prompt_ids, spec.gen, spec.drafter, strategy=spec.strategy,
+               strategy_settings=spec.settings_dict,
+               drafter_id=spec.strategy if spec.drafter is not None else None, cancel=cancel)
+
+
+def stream(target: Target, *, strategy: str, prompt_ids: list[int], gen: GenSettings,
            overrides: dict[str, Any] | None = None,
            cancel: threading.Event | None = None) -> Iterator[ev.Event]:
-    """Events of one run. Raises UnknownStrategy / ValueError / BadRequest / DrafterUnavailable
-    before the first event for a request that cannot run."""
-    strategy_settings = strategies.parse_settings(strategy, overrides)
-    drafter = strategies.drafter_for(target, strategy, strategy_settings)
-    settings.check()
-    return run(target, prompt_ids, settings, drafter, strategy=strategy,
-               strategy_settings=strategies.settings_dict(strategy_settings),
-               drafter_id=strategy if drafter is not None else None, cancel=cancel)
+    """Events of one run; a request that cannot run raises before the first event."""
+    return events(target, prepare(target, strategy=strategy, prompt_ids=prompt_ids, gen=gen,
+                                  overrides=overrides), cancel)
 
 
-def generate(target: Target, strategy: str, prompt_ids: list[int], settings: GenSettings,
+def generate(target: Target, *, strategy: str, prompt_ids: list[int], gen: GenSettings,
              overrides: dict[str, Any] | None = None) -> Result:
-    return Result.of(strategy, list(stream(target, strategy, prompt_ids, settings, overrides)))
+    return Result.of(strategy, list(stream(target, strategy=strategy, prompt_ids=prompt_ids,
+                                           gen=gen, overrides=overrides)))

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import gradio as gr
 
 from specviz import metrics
-from specviz.events import Accepted, RunFinished
+from specviz.events import RunFinished
 from specviz.ui import session
 
 
@@ -35,8 +35,9 @@ def make(target, gpu=lambda f: f):
             (plus other_s and stop_reason).
         """
         try:
-            req = session.prepare(target, prompt, strategy, None, max_new_tokens, temperature,
-                                  1.0, seed)
+            req = session.prepare(target, prompt=prompt, strategy=strategy,
+                                  max_new_tokens=max_new_tokens, temperature=temperature,
+                                  seed=seed)
             events = []
             for events in session.stream(target, req, threading.Event(), every_s=3600):
                 pass
@@ -60,12 +61,12 @@ def make(target, gpu=lambda f: f):
             seed: the sampling seed.
         """
         try:
-            req = session.prepare(target, prompt, strategy, None, max_new_tokens, temperature,
-                                  1.0, seed)
+            req = session.prepare(target, prompt=prompt, strategy=strategy,
+                                  max_new_tokens=max_new_tokens, temperature=temperature,
+                                  seed=seed)
             for events in session.stream(target, req, threading.Event()):
-                ids = [t for e in events if isinstance(e, Accepted) for t in e.new_tokens]
                 m = metrics.summarize(events)
-                yield target.decode(ids), {k: m[k] for k in metrics.CONTRACT_KEYS}
+                yield target.decode(metrics.token_ids(events)), {k: m[k] for k in metrics.CONTRACT_KEYS}
         except session.UserError as exc:
             raise gr.Error(str(exc)) from None
 

@@ -45,7 +45,8 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
     def race(prompt, chosen, max_new, temperature, seed, request: gr.Request):
         cancel = cancel_for(request)
         try:
-            reqs = [session.prepare(target, prompt, sid, None, max_new, temperature, 1.0, seed)
+            reqs = [session.prepare(target, prompt=prompt, strategy=sid, max_new_tokens=max_new,
+                                    temperature=temperature, seed=seed)
                     for sid in ["ar", *[c for c in chosen if c != "ar"]]]
             n, greedy = reqs[0].gen.max_new_tokens, reqs[0].gen.temperature == 0
             yield message_html("Racing…", "info"), "", None, None

@@ -1,6 +1,6 @@
 """The Playground tab: one prompt, one strategy and its settings, live per-step views.
 
-Boundary: form -> session.stream -> views.render. Stop sets the run's threading.Event (looked
+Boundary: form -> session.stream -> Views.render. Stop sets the run's threading.Event (looked
 up by the browser session), so the engine stops at the next step boundary. Per-session state:
 the run's events and this session's measured `ar` speeds (for "speedup vs ar").
 """
@@ -14,6 +14,7 @@ import gradio as gr
 
 from specviz import strategies
 from specviz.events import RunFinished, write_trace
+from specviz.runner import RunSpec
 from specviz.ui import downloads, session, views
 from specviz.viz.panel import message_html
 
@@ -113,7 +114,7 @@ def strategy_help(strategy: str, unavailable: dict[str, str | None]) -> str:
     return text
 
 
-def ar_key(req: session.Request) -> str:
+def ar_key(req: RunSpec) -> str:
     """Same prompt and generation settings -> same key (the `ar` reference to compare with)."""
     return hashlib.sha1(repr((req.prompt_ids, req.gen)).encode()).hexdigest()
 
@@ -155,7 +156,7 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
     message = gr.HTML(elem_id="pg-message")
     v = views.layout("pg")
     events_state = gr.State([])
-    ar_speeds = gr.State({})      # ar_key -> ar tokens/s measured in this session
+    ar_speeds_state = gr.State({})   # ar_key -> ar tokens/s measured in this session
     ref = gr.State(None)          # the shown run's ar tokens/s, if measured
 
     strategy.change(lambda s: (settings_view(s), strategy_help(s, unavailable)), strategy,
@@ -166,35 +167,36 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
            request: gr.Request):
         cancel = cancel_for(request)
         try:
-            req = session.prepare(target, prompt, strategy, overrides(rows), max_new, temperature,
-                                  top_p, seed, chat)
+            req = session.prepare(target, prompt=prompt, strategy=strategy,
+                                  overrides=overrides(rows), max_new_tokens=max_new,
+                                  temperature=temperature, top_p=top_p, seed=seed, chat=chat)
             key = ar_key(req)
             events = []
             # Text only until the first step: redrawing four Plotly figures here would keep
             # the browser busy just when the first step arrives (the previous run's figures
             # are dimmed instead, see views.render).
-            yield [message_html("Running…", "info"), *views.render([], None, text_only=True),
-                   [], ar_speeds, None, None]
+            yield {message: message_html("Running…", "info"), **v.render([], text_only=True),
+                   events_state: [], ref: None, trace_file: None}
             for n, events in enumerate(session.stream(target, req, cancel)):
-                yield [gr.skip(), *views.render(events, None, ar_speeds.get(key),
-                                                text_only=n == 0), events,
-                       ar_speeds, gr.skip(), gr.skip()]
+                yield {**v.render(events, None, ar_speeds.get(key), text_only=n == 0),
+                       events_state: events}
             fin = events[-1] if events else None
             if strategy == "ar" and isinstance(fin, RunFinished) and fin.stop_reason != "cancelled":
                 ar_speeds = ar_speeds | {key: fin.tokens_per_s}
             note = "Stopped." if fin and fin.stop_reason == "cancelled" else ""
-            yield [message_html(note, "info") if note else "",
-                   *views.render(events, None, ar_speeds.get(key)), events, ar_speeds,
-                   ar_speeds.get(key), save_trace(events)]
+            yield {message: message_html(note, "info") if note else "",
+                   **v.render(events, None, ar_speeds.get(key)), events_state: events,
+                   ar_speeds_state: ar_speeds, ref: ar_speeds.get(key),
+                   trace_file: save_trace(events)}
         except session.UserError as exc:
-            yield [message_html(str(exc)), *[gr.skip()] * (len(v.outputs) + 4)]
+            yield {message: message_html(str(exc))}
 
     run_btn.click(go, [prompt, chat, strategy, settings, max_new, temperature, top_p, seed,
-                       ar_speeds],
-                  [message, *v.outputs, events_state, ar_speeds, ref, trace_file],
+                       ar_speeds_state],
+                  [message, *v.outputs, events_state, ar_speeds_state, ref, trace_file],
                   concurrency_id="engine", concurrency_limit=session.ENGINE_CONCURRENCY, api_visibility="private")
     stop_btn.click(stop, None, message, queue=False, api_visibility="private")
-    v.slider.release(lambda ev, s, r: views.render(ev, s, r)[:-1] if ev else [gr.skip()] * 6,
+    v.slider.release(lambda ev, s, r: v.render(ev, s, r, slider=False) if ev else {},
                      [events_state, v.slider, ref], v.outputs[:-1], queue=False,
                      api_visibility="private")
 

@@ -1,7 +1,7 @@
 """The Replay tab: open a shipped or uploaded trace, scrub it with the Playground's views,
 download it, export the figures.
 
-Boundary: trace file -> validated events (events.read_trace + metrics.replay) -> views.render.
+Boundary: trace file -> validated events (events.read_trace + metrics.replay) -> Views.render.
 A bad file is a message on the page, never an exception.
 """
 from __future__ import annotations
@@ -22,18 +22,14 @@ def shipped() -> list[str]:
     return sorted(p.name for p in TRACES.glob("*.jsonl"))
 
 
-def load(path: str | None) -> list:
-    try:
-        if not path:
-            raise TraceError("choose a shipped trace or upload one")
-        events = read_trace(path)
-        summary = metrics.replay(events)
-    except TraceError as exc:
-        return [message_html(f"Cannot open this trace: {exc}"), *[gr.skip()] * 7, gr.skip(),
-                gr.skip()]
-    note = (f"{Path(path).name}: {summary['strategy']}, {summary['new_tokens']} tokens, "
-            f"τ {summary['mean_accepted_length']:.2f} (totals re-checked)")
-    return [message_html(note, "info"), *views.render(events, 1), events, path]
+def load(path: str | None) -> tuple[list, str]:
+    """(validated events, a one-line summary); TraceError says what is wrong with the file."""
+    if not path:
+        raise TraceError("choose a shipped trace or upload one")
+    events = read_trace(path)
+    summary = metrics.replay(events)
+    return events, (f"{Path(path).name}: {summary['strategy']}, {summary['new_tokens']} tokens, "
+                    f"τ {summary['mean_accepted_length']:.2f} (totals re-checked)")
 
 
 def build() -> None:
@@ -51,11 +47,20 @@ def build() -> None:
     v = views.layout("rp")
     events_state = gr.State([])
     outputs = [message, *v.outputs, events_state, download]
-    pick.change(lambda name: load(str(TRACES / name) if name else None), pick, outputs,
+
+    def show(path: str | None) -> dict:
+        try:
+            events, note = load(path)
+        except TraceError as exc:
+            return {message: message_html(f"Cannot open this trace: {exc}")}
+        return {message: message_html(note, "info"), **v.render(events, 1),
+                events_state: events, download: path}
+
+    pick.change(lambda name: show(str(TRACES / name) if name else None), pick, outputs,
                 api_visibility="private")
-    upload.upload(load, upload, outputs, api_visibility="private")
-    v.slider.release(lambda ev, s: views.render(ev, s)[:-1] if ev else [gr.skip()] * 6,
-                    [events_state, v.slider], v.outputs[:-1], queue=False,
-                    api_visibility="private")
+    upload.upload(show, upload, outputs, api_visibility="private")
+    v.slider.release(lambda ev, s: v.render(ev, s, slider=False) if ev else {},
+                     [events_state, v.slider], v.outputs[:-1], queue=False,
+                     api_visibility="private")
     export_btn.click(lambda ev, s: views.export_figures(ev, s) if ev else None,
                      [events_state, v.slider], exported, api_visibility="private")

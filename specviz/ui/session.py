@@ -1,6 +1,6 @@
 """Engine glue for the UI: build a request from form values, run it off the event loop, race lanes.
 
-Boundary: form values -> (prompt ids, GenSettings, drafter); engine runs in a worker thread that
+Boundary: form values -> a checked `runner.RunSpec`; engine runs (runner.events) in a worker thread that
 pushes events to a queue, so rendering never slows the engine's clock; user-facing errors become
 one-line `UserError`s. No Gradio components here.
 """
@@ -10,15 +10,15 @@ import dataclasses
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
 
-from specviz import metrics, strategies
+from specviz import metrics, runner, strategies
 from specviz.drafters.base import DrafterUnavailable
-from specviz.engine.decode import BadRequest, GenSettings, run
+from specviz.engine.decode import BadRequest, GenSettings
 from specviz.events import Event, KVUpdated, RunFinished
+from specviz.runner import RunSpec
 
 ENGINE_CONCURRENCY = 2   # engine runs at once per process (Gradio concurrency_id "engine")
 
@@ -27,18 +27,9 @@ class UserError(Exception):
     """A problem the page shows as a message; the session goes on."""
 
 
-@dataclass
-class Request:
-    strategy: str
-    prompt_ids: list[int]
-    gen: GenSettings
-    drafter: Any
-    settings: Any
-
-
-def prepare(target, prompt: str, strategy: str, overrides: dict[str, Any] | None,
+def prepare(target, *, prompt: str, strategy: str, overrides: dict[str, Any] | None = None,
             max_new_tokens: Any, temperature: Any, top_p: Any = 1.0, seed: Any = 0,
-            chat: bool = True) -> Request:
+            chat: bool = True) -> RunSpec:
     """Validate form values and build a request; every failure is a UserError with the fix."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise UserError("Enter a prompt first.")
@@ -46,8 +37,8 @@ def prepare(target, prompt: str, strategy: str, overrides: dict[str, Any] | None
         gen = GenSettings(max_new_tokens=int(max_new_tokens), temperature=float(temperature),
                           top_p=float(top_p), seed=int(seed))
         gen.check()
-        settings = strategies.parse_settings(strategy, overrides)
-        drafter = strategies.drafter_for(target, strategy, settings)
+        spec = runner.prepare(target, strategy=strategy, prompt_ids=[], gen=gen,
+                              overrides=overrides)
     except strategies.UnknownStrategy as exc:
         raise UserError(str(exc)) from None
     except DrafterUnavailable as exc:
@@ -58,13 +49,7 @@ def prepare(target, prompt: str, strategy: str, overrides: dict[str, Any] | None
     if len(ids) + 1 >= target.max_len:
         raise UserError(f"The prompt has {len(ids)} tokens; the model's context is "
                         f"{target.max_len} tokens. Shorten it.")
-    return Request(strategy, ids, gen, drafter, settings)
-
-
-def events_of(target, req: Request, cancel: threading.Event | None = None) -> Iterator[Event]:
-    return run(target, req.prompt_ids, req.gen, req.drafter, strategy=req.strategy,
-               strategy_settings=strategies.settings_dict(req.settings),
-               drafter_id=req.strategy if req.drafter else None, cancel=cancel)
+    return dataclasses.replace(spec, prompt_ids=ids)
 
 
 def _friendly(exc: BaseException) -> UserError:
@@ -76,7 +61,7 @@ def _friendly(exc: BaseException) -> UserError:
     return UserError(f"The run failed: {type(exc).__name__}: {exc}")
 
 
-def stream(target, req: Request, cancel: threading.Event,
+def stream(target, req: RunSpec, cancel: threading.Event,
            every_s: float = 0.25) -> Iterator[list[Event]]:
     """Run in a worker thread; yield the events so far after the first step, then at most every
     `every_s` seconds at a step boundary, and once at the end. Closing the iterator cancels."""
@@ -84,7 +69,7 @@ def stream(target, req: Request, cancel: threading.Event,
 
     def work() -> None:
         try:
-            for e in events_of(target, req, cancel):
+            for e in runner.events(target, req, cancel):
                 q.put(e)
         except BaseException as exc:  # noqa: BLE001 - surfaced to the page as a message
             q.put(exc)
@@ -113,13 +98,13 @@ def stream(target, req: Request, cancel: threading.Event,
         cancel.set()
 
 
-def race(target, reqs: list[Request], cancel: threading.Event) -> Iterator[dict[str, list[Event]]]:
+def race(target, reqs: list[RunSpec], cancel: threading.Event) -> Iterator[dict[str, list[Event]]]:
     """Advance several runs one step each in turn (lanes side by side), on the calling thread.
 
     Each lane's clock counts only its own work: the time a lane spends suspended while the
     others step is subtracted from its event times, and its totals are recomputed from them.
     """
-    gens = {r.strategy: events_of(target, r, cancel) for r in reqs}
+    gens = {r.strategy: runner.events(target, r, cancel) for r in reqs}
     runs: dict[str, list[Event]] = {sid: [] for sid in gens}
     paused = {sid: 0.0 for sid in gens}
     left_at: dict[str, float] = {}

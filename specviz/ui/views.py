@@ -1,7 +1,7 @@
 """The step views shared by Playground and Replay: components, and events -> their values.
 
-Boundary: one function lays the views out, one renders them for (events, step); both tabs use
-the same pair, so a replayed trace looks exactly like a live run.
+Boundary: `layout` lays the views out, `Views.render` gives their values for (events, step) by
+component; both tabs use the same pair, so a replayed trace looks exactly like a live run.
 """
 from __future__ import annotations
 
@@ -35,6 +35,31 @@ class Views:
         return [self.metrics, self.tokens, self.tree, self.acceptance, self.confidence, self.kv,
                 self.slider]
 
+    def render(self, events: list[Event], step: int | None = None, ar_tps: float | None = None,
+               status: str = "", text_only: bool = False, slider: bool = True) -> dict:
+        """{component: value} for the run up to `step` (None: the latest step, following live).
+        text_only leaves the figures as they are (Run and the first live step: text shows
+        fastest) and marks the metrics panel `sv-figures-pending`, which the css uses to dim the
+        figures until they are redrawn; slider=False leaves the step slider as it is (the
+        slider's own handler)."""
+        view = fold(events)
+        last = view.steps[-1].step if view.steps else 0
+        step = last if step is None else max(0, min(int(step), last))
+        m = run_metrics(events_upto(events, step))
+        if not status and events and isinstance(events[-1], RunFinished):
+            status = f"finished: {events[-1].stop_reason}"
+        panel = metrics_html(m, ar_tps, status)
+        if text_only:
+            panel = f'<div class="sv-figures-pending">{panel}</div>'
+        out = {self.metrics: panel, self.tokens: tokens_html(view, step)}
+        if not text_only:
+            f = figures(events, step)
+            out |= {self.tree: f["tree"], self.acceptance: f["acceptance"],
+                    self.confidence: f["confidence"], self.kv: f["kv"]}
+        if slider:
+            out[self.slider] = gr.Slider(minimum=0, maximum=max(1, last), value=step)
+        return out
+
 
 def layout(prefix: str) -> Views:
     """Create the view components inside the current Blocks context, showing an empty run (so
@@ -65,28 +90,6 @@ def figures(events: list[Event], step: int | None) -> dict[str, Any]:
             "acceptance": acceptance_figure(view, step),
             "confidence": confidence_figure(cur),
             "kv": kv_figure(view, step)}
-
-
-def render(events: list[Event], step: int | None = None, ar_tps: float | None = None,
-           status: str = "", text_only: bool = False) -> list:
-    """Values for Views.outputs: the run up to `step` (None: the latest step, following live).
-    text_only leaves the figures as they are (Run and the first live step: text shows fastest)
-    and marks the metrics panel `sv-figures-pending`, which the css uses to dim the figures
-    until they are redrawn."""
-    view = fold(events)
-    last = view.steps[-1].step if view.steps else 0
-    step = last if step is None else max(0, min(int(step), last))
-    m = run_metrics(events_upto(events, step))
-    if not status and events and isinstance(events[-1], RunFinished):
-        status = f"finished: {events[-1].stop_reason}"
-    f = {k: gr.skip() for k in ("tree", "acceptance", "confidence", "kv")} if text_only else \
-        figures(events, step)
-    panel = metrics_html(m, ar_tps, status)
-    if text_only:
-        panel = f'<div class="sv-figures-pending">{panel}</div>'
-    return [panel, tokens_html(view, step), f["tree"],
-            f["acceptance"], f["confidence"], f["kv"],
-            gr.Slider(minimum=0, maximum=max(1, last), value=step)]
 
 
 def export_figures(events: list[Event], step: int | None) -> str:

@@ -11,17 +11,14 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specviz.events import Accepted, Event
+from specviz.events import Event
+from specviz.metrics import token_ids
 from specviz.viz.panel import run_metrics
 from specviz.viz.steps import fold
 from specviz.viz.tokens import tokens_html
 
 TABLE_HEADERS = ["strategy", "new tokens", "tokens/s", "speedup vs ar", "τ", "target forwards",
                  "identical to ar"]
-
-
-def token_ids(events: list[Event]) -> list[int]:
-    return [t for e in events if isinstance(e, Accepted) for t in e.new_tokens]
 
 
 def identical_to_ar(runs: dict[str, list[Event]]) -> dict[str, bool | None]:
