@@ -2,6 +2,9 @@
 Blocks from specviz.ui, launch.
 
     python app.py [--host 127.0.0.1] [--port 7860] [--model embedded] [--device auto]
+
+Without --host / --port, Gradio's own GRADIO_SERVER_NAME / GRADIO_SERVER_PORT apply (Docker and
+Space set-ups use them); without those, 127.0.0.1:7860 (0.0.0.0 on a Space).
 """
 from __future__ import annotations
 
@@ -30,10 +33,19 @@ def gpu_decorator():
     return spaces.GPU
 
 
+def server_address(host: str | None, port: int | None, env) -> tuple[str, int]:
+    """--host / --port win; then Gradio's GRADIO_SERVER_NAME / GRADIO_SERVER_PORT; then
+    127.0.0.1 (0.0.0.0 on a Space) and 7860."""
+    default_host = "0.0.0.0" if env.get("SPACE_ID") else "127.0.0.1"
+    return (host or env.get("GRADIO_SERVER_NAME") or default_host,
+            port or int(env.get("GRADIO_SERVER_PORT") or 7860))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="specviz web app")
-    ap.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", "127.0.0.1"))
-    ap.add_argument("--port", type=int, default=int(os.environ.get("SPECVIZ_PORT", 7860)))
+    ap.add_argument("--host", default=None, help="default: $GRADIO_SERVER_NAME, else 127.0.0.1")
+    ap.add_argument("--port", type=int, default=None,
+                    help="default: $GRADIO_SERVER_PORT, else 7860")
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -43,9 +55,9 @@ def main() -> None:
     from specviz.models.target import Target
     from specviz import ui
 
-    host = "0.0.0.0" if os.environ.get("SPACE_ID") else args.host
+    host, port = server_address(args.host, args.port, os.environ)
     target = Target.load(args.model, device=args.device, threads=args.threads)
-    ui.launch(ui.build(target, gpu_decorator()), host=host, port=args.port)
+    ui.launch(ui.build(target, gpu_decorator()), host=host, port=port)
 
 
 if __name__ == "__main__":
