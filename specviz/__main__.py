@@ -73,6 +73,18 @@ def parser() -> argparse.ArgumentParser:
                       help="on each prompt, run the strategies and peers one after another")
     _common(b)
 
+    v = sub.add_parser("serve-bench", help="R requests through the batched engine, once per "
+                       "verify-length policy, in one process")
+    v.add_argument("--strategy", required=True, help="a chain strategy id, or ID:KEY=VALUE[:..]")
+    v.add_argument("--prompts", required=True, help="JSONL prompt file (taken in order, cycling)")
+    v.add_argument("--requests", type=int, required=True, help="R: requests to serve")
+    v.add_argument("--policies", required=True,
+                   help="comma-separated: fixed:G, threshold:T, dspark, dspark-prod")
+    v.add_argument("--arrival", default="all", help="all (at once) or poisson:RATE (requests/s)")
+    v.add_argument("--max-new-tokens", type=int, default=None)
+    v.add_argument("--trace", help="write each policy's serving trace to TRACE.<policy>.jsonl")
+    _common(v)
+
     r = sub.add_parser("replay", help="validate a trace and print its metrics")
     r.add_argument("trace")
     r.add_argument("--json", action="store_true")
@@ -148,9 +160,40 @@ def cmd_bench(a: argparse.Namespace) -> None:
     print(json.dumps(report, ensure_ascii=False, allow_nan=False) if a.json else bench.table(report))
 
 
+def cmd_serve_bench(a: argparse.Namespace) -> None:
+    from specviz import bench, serve, strategies
+    from specviz.engine.scheduler import parse_policy
+    policies = [p.strip() for p in a.policies.split(",") if p.strip()]
+    for p in policies:
+        parse_policy(p)                        # a bad policy id: fail before loading
+    strategies.parse_variant(a.strategy)
+    if a.requests < 1:
+        raise BadRequest(f"--requests must be at least 1, got {a.requests}")
+    settings = _settings(a, a.max_new_tokens or 1)
+    serve.arrivals(a.arrival, 1, a.seed)       # a bad --arrival: fail before loading
+    prompts = bench.read_prompts(a.prompts)
+    target = _load(a)
+    log = (lambda s: None) if a.json else (lambda s: print(s, file=sys.stderr))
+    report = serve.serve_bench(target, strategy=a.strategy, prompts=prompts,
+                               requests=a.requests, policies=policies, arrival=a.arrival,
+                               max_new_tokens=a.max_new_tokens, gen=settings, trace=a.trace,
+                               log=log)
+    print(json.dumps(report, ensure_ascii=False, allow_nan=False) if a.json
+          else serve.table(report))
+
+
 def cmd_replay(a: argparse.Namespace) -> None:
-    from specviz import events, metrics
-    m = metrics.replay(events.read_trace(a.trace))
+    from specviz import events, metrics, serving_metrics
+    trace = events.read_trace(a.trace)
+    if isinstance(trace[0], events.ServeStarted):
+        m = serving_metrics.replay(trace)
+        print(json.dumps(m, ensure_ascii=False) if a.json else
+              f"{m['strategy']} / {m['policy']}: {m['requests']} requests, {m['new_tokens']} "
+              f"tokens in {m['steps']} batched steps, {m['throughput_tokens_per_s']:.1f} tok/s, "
+              f"{m['mean_per_request_tokens_per_s']:.1f} tok/s per request, "
+              f"tau {m['mean_accepted_length']:.2f}, {m['mean_batch_tokens']:.1f} batch tokens")
+        return
+    m = metrics.replay(trace)
     if a.json:
         print(json.dumps(m, ensure_ascii=False))
     else:
@@ -184,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         {"generate": cmd_generate, "bench": cmd_bench, "replay": cmd_replay,
+                "serve-bench": cmd_serve_bench,
          "export": cmd_export}[a.cmd](a)
     except USER_ERRORS as exc:
         print(f"specviz: error: {exc}", file=sys.stderr)

@@ -132,9 +132,120 @@ class RunFinished:
     t: float = 0.0
 
 
-EVENT_TYPES = {cls.__name__: cls for cls in
+# --- batched serving (engine/batch.py): one trace per serving run, ServeStarted .. ServeFinished
+
+
+@dataclass(frozen=True)
+class ServeStarted:
+    """A batched serving run: strategy, verify-length policy, settings, the SPS curve
+    ([batch tokens, verify steps/s] points) and whether the drafter's confidences are calibrated
+    ("calibrated" | "uncalibrated" | "none")."""
+    strategy: str
+    policy: str
+    settings: dict[str, Any]
+    target_id: str
+    drafter_id: str | None
+    device: str
+    dtype: str
+    confidence: str
+    sps_curve: list[list[float]]
+    seed: int
+    t: float = 0.0
+    schema: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class RequestJoined:
+    """A request joins the batch before batch step `step` + 1 (it was prefilled alone)."""
+    step: int
+    request: int
+    prompt_ids: list[int]
+    max_new_tokens: int
+    seed: int
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class BatchScheduled:
+    """The scheduler's decision for one batched step. Per request (in `requests` order): the
+    prefix-survival curve a_j of its drafted chain, the chosen verify length and why. The
+    expected tokens (sum of 1 + a_1 + .. + a_l), the batch tokens (sum of 1 + l) and the SPS
+    point used ([batch tokens, steps/s]); budget: dspark-prod's K."""
+    step: int
+    requests: list[int]
+    survival: list[list[float]]
+    verify_lens: list[int]
+    reasons: list[str]
+    expected_tokens: float
+    batch_tokens: int
+    sps_point: list[float]
+    draft_s: float
+    budget: int | None = None
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class BatchVerified:
+    """One batched target forward over every request's root and chosen drafts (packed, no
+    padding): its input tokens, the shared cache length before and after the step (after
+    rollback and any compaction) and its wall time."""
+    step: int
+    input_tokens: int
+    cache_before: int
+    cache_after: int
+    verify_s: float
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class RequestStepped:
+    """One request's part of a batched step: its drafted chain, how much of it was verified and
+    accepted, and the tokens it committed (source: bonus | argmax | residual | sample)."""
+    step: int
+    request: int
+    drafted: list[int]
+    verify_len: int
+    n_accepted: int
+    new_tokens: list[int]
+    source: str
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class RequestFinished:
+    """A request leaves the batch after step `step`: its tokens, why it stopped, its text and
+    when it joined (`joined_t`, seconds after ServeStarted)."""
+    step: int
+    request: int
+    token_ids: list[int]
+    stop_reason: str
+    text: str
+    joined_t: float
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class ServeFinished:
+    """Totals of a serving run, computed from its events by `serving_metrics.finish`."""
+    requests: int
+    steps: int
+    new_tokens: int
+    wall_s: float
+    throughput_tokens_per_s: float
+    mean_per_request_tokens_per_s: float
+    mean_accepted_length: float
+    mean_batch_tokens: float
+    t: float = 0.0
+
+
+EVENT_TYPES = {cls.__name__: cls for cls in       # a single run's events
                (RunStarted, DraftProposed, ScheduleDecided, Verified, Accepted, KVUpdated, RunFinished)}
-Event = RunStarted | DraftProposed | ScheduleDecided | Verified | Accepted | KVUpdated | RunFinished
+SERVE_TYPES = (ServeStarted, RequestJoined, BatchScheduled, BatchVerified, RequestStepped,
+               RequestFinished, ServeFinished)      # a serving run's events
+SERVE_EVENT_TYPES = {cls.__name__: cls for cls in SERVE_TYPES}
+Event = (RunStarted | DraftProposed | ScheduleDecided | Verified | Accepted | KVUpdated | RunFinished
+         | ServeStarted | RequestJoined | BatchScheduled | BatchVerified | RequestStepped
+         | RequestFinished | ServeFinished)
 
 
 def to_dict(event: Event) -> dict[str, Any]:
@@ -177,7 +288,7 @@ def from_dict(d: Any, where: str = "event") -> Event:
     if not isinstance(d, dict):
         raise TraceError(f"{where}: expected a JSON object, got {type(d).__name__}")
     kind = d.get("type")
-    cls = EVENT_TYPES.get(kind)
+    cls = EVENT_TYPES.get(kind) or SERVE_EVENT_TYPES.get(kind)
     if cls is None:
         raise TraceError(f"{where}: unknown event type {kind!r}")
     names = {f.name for f in dataclasses.fields(cls)}
@@ -195,7 +306,7 @@ def from_dict(d: Any, where: str = "event") -> Event:
         _check_finite(v, f"{where}: {kind}.{k}")
         if not _conforms(v, hints[k]):
             raise TraceError(f"{where}: {kind}.{k} should be {_type_name(hints[k])}, got {v!r:.60}")
-    if cls is RunStarted and body.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
+    if cls in (RunStarted, ServeStarted) and body.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
         raise TraceError(f"{where}: trace schema version {body.get('schema')!r} is not supported "
                          f"(this specviz reads version {SCHEMA_VERSION})")
     try:
@@ -246,12 +357,17 @@ def read_trace(path: str | Path) -> list[Event]:
 def validate(events: list[Event]) -> None:
     if not events:
         raise TraceError("trace is empty")
-    if not isinstance(events[0], RunStarted):
-        raise TraceError("trace must start with RunStarted")
-    if not isinstance(events[-1], RunFinished):
-        raise TraceError("trace is truncated: it does not end with RunFinished")
-    if sum(isinstance(e, (RunStarted, RunFinished)) for e in events) != 2:
+    start, end = (ServeStarted, ServeFinished) if isinstance(events[0], ServeStarted) else \
+        (RunStarted, RunFinished)
+    if not isinstance(events[0], start):
+        raise TraceError("trace must start with RunStarted or ServeStarted")
+    if not isinstance(events[-1], end):
+        raise TraceError(f"trace is truncated: it does not end with {end.__name__}")
+    if sum(isinstance(e, (RunStarted, RunFinished, ServeStarted, ServeFinished))
+           for e in events) != 2:
         raise TraceError("trace must hold exactly one run")
+    if start is ServeStarted and any(not isinstance(e, SERVE_TYPES) for e in events):
+        raise TraceError("a serving trace holds serving events only")
     last_step = 0
     for e in events[1:-1]:
         step = getattr(e, "step", None)

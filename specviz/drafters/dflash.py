@@ -20,7 +20,7 @@ from torch import nn
 
 from specviz.drafters import weights
 from specviz.drafters.layers import DecoderLayer, DraftHead, LayerShape, copy_target_layer, vocab_lookup
-from specviz.engine.sampling import SamplingParams, draw
+from specviz.engine.sampling import SamplingParams, pick
 from specviz.engine.tree import DraftTree
 from specviz.models.kernels import pack_linears
 
@@ -172,12 +172,12 @@ class DFlashDrafter(ContextCache):
         h = self.block_hidden(state, self.target.embed, root, self.block)
         with torch.inference_mode():
             logits = self.head.full(self.head.logits(h[1:]))                   # [B-1, V]
-        toks, qs, rows = [], [], []
-        for row in logits:
-            tok, q, q_row = draw(row, sp, generator)
-            toks.append(tok), qs.append(q), rows.append(q_row)
+        toks, qs, rows, confs = [], [], [], []
+        for row in logits:   # conf: the draft's own probability of its token (temperature 1)
+            tok, q, q_row, conf = pick(row, sp, generator)
+            toks.append(tok), qs.append(q), rows.append(q_row), confs.append(conf)
         ctx = f"last {state.kept} of {state.length}" if self.window else f"{state.length}"
-        return DraftTree.chain(root, toks, q=qs, q_rows=rows,
+        return DraftTree.chain(root, toks, q=qs, q_rows=rows, confidence=confs,
                                note=f"one block forward: {len(toks)} drafts, context {ctx} positions")
 
 

@@ -43,18 +43,19 @@ class ForwardCost:
         return max(s[0], s[i - 1] + slope * (width - w[i - 1]))
 
     @classmethod
-    def measure(cls, target, reps: int = 4) -> "ForwardCost":
-        """Tree-masked forwards after a CONTEXT-token prefix (less for a short-context model),
+    def measure(cls, target, reps: int = 4, widths: Sequence[int] = WIDTHS,
+                context: int = CONTEXT) -> "ForwardCost":
+        """Tree-masked forwards after a `context`-token prefix (less for a short-context model),
         the widths taken in turn `reps` times; each width's fastest run counts (a busy moment
         slows one run, never speeds it up), and a wider forward never counts as cheaper than a
         narrower one."""
         from specviz.models.target import Target
 
-        n = max(1, min(CONTEXT, target.max_len // 2))     # a short-context model: less
-        context = [(17 * i) % target.vocab for i in range(1, n + 1)]
+        n = max(1, min(context, target.max_len // 2))     # a short-context model: less
+        prefix = [(17 * i) % target.vocab for i in range(1, n + 1)]
         cache = target.new_cache()
-        target.forward(context, cache, logits_for="last")
-        widths = [w for w in WIDTHS if n + w <= target.max_len] or [1]
+        target.forward(prefix, cache, logits_for="last")
+        widths = [w for w in widths if n + w <= target.max_len] or [1]
         times: list[list[float]] = [[] for _ in widths]
         sync = torch.cuda.synchronize if target.device.type == "cuda" else (lambda: None)
         for _ in range(reps):
@@ -62,7 +63,7 @@ class ForwardCost:
                 parents = None if width == 1 else [-1] + list(range(width - 1))
                 sync()
                 t = time.perf_counter()
-                target.forward((context * width)[:width], cache, parents=parents)
+                target.forward((prefix * width)[:width], cache, parents=parents)
                 sync()                 # CUDA runs asynchronously: time the work, not the launch
                 times[j].append(time.perf_counter() - t)
                 Target.crop(cache, n)

@@ -165,6 +165,30 @@ class Target:
             tapped = {i: (h if i == self.n_layers else hs[i][0]) for i in taps}
         return Output(logits, tapped)
 
+    @torch.inference_mode()
+    def forward_packed(self, tokens: list[int], positions: list[int], allowed: torch.Tensor,
+                       cache: DynamicCache, taps: tuple[int, ...] = ()) -> Output:
+        """Several requests' new tokens packed in one row after a shared cache row whose slots
+        belong to different requests (engine/batch.py); the cache grows by k = len(tokens).
+
+        positions: each token's own logical position in its request. allowed: [k, past + k]
+        bool, True where query i may attend to cache slot or new token j; every query must see
+        at least itself. It becomes a float additive mask (DESIGN.md §3.4: never a boolean one).
+        Logits for all k rows; taps as in `forward`."""
+        k = len(tokens)
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        pos = torch.tensor([positions], dtype=torch.long, device=self.device)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~allowed.to(self.device), torch.finfo(self.dtype).min)
+        out = self.model.model(input_ids=ids, position_ids=pos, attention_mask=mask[None, None],
+                               use_cache=True, output_hidden_states=bool(taps),
+                               **{self._cache_kw: cache})
+        h = out.last_hidden_state[0]
+        tapped = {}
+        if taps:
+            tapped = {i: (h if i == self.n_layers else out.hidden_states[i][0]) for i in taps}
+        return Output(self.lm_head(h).float(), tapped)
+
     def warm_up(self) -> None:
         cache = self.new_cache()
         self.forward([1, 2, 3], cache)
