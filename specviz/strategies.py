@@ -17,7 +17,7 @@ from specviz.drafters.dflash import DFlashSettings, build_dflash
 from specviz.drafters.dspark import DSparkSettings, build_dspark
 from specviz.drafters.mtp import MtpSettings, build_mtp
 from specviz.drafters.draft import DraftSettings, build as build_draft
-from specviz.drafters.eagle import Eagle2Settings, build_eagle1, build_eagle2
+from specviz.drafters.eagle import Eagle1Settings, Eagle2Settings, build_eagle1, build_eagle2
 from specviz.drafters.eagle3 import Eagle3Settings, build as build_eagle3
 from specviz.drafters.ngram import NgramDrafter, NgramSettings
 from specviz.drafters.peagle import PEagleSettings, build as build_peagle
@@ -67,7 +67,7 @@ REGISTRY: dict[str, StrategySpec] = {s.id: s for s in [
                  "A feature head: fc(cat(embedding, target last feature)) -> one decoder layer "
                  "predicts the next feature; the target's LM head turns it into tokens. Drafts "
                  "a fixed 20-node tree of top-ranked children.",
-                 None, build_eagle1,
+                 Eagle1Settings, build_eagle1,
                  caveat="Trained at reduced scale on CPU (see assets/eagle1.md)."),
     StrategySpec("eagle2", "EAGLE-2 (dynamic tree)",
                  "The EAGLE-1 head with EAGLE-2's dynamic tree: expand the top_k most likely "
@@ -191,7 +191,11 @@ def drafter_for(target, strategy_id: str, settings=None) -> Drafter | None:
     key = (strategy_id, settings)
     with _lock:
         if key not in target.drafters:
-            target.drafters[key] = sp.build(target, settings)
+            if getattr(settings, "path", ""):   # a published folder replaces the shipped weights
+                from specviz.drafters import published
+                target.drafters[key] = published.build(strategy_id, target, settings)
+            else:
+                target.drafters[key] = sp.build(target, settings)
         return target.drafters[key]
 
 

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from specviz.drafters import weights
-from specviz.drafters.layers import DecoderLayer, DraftHead, LayerShape, copy_target_layer, vocab_lookup
+from specviz.drafters.layers import DecoderLayer, DraftHead, LayerShape, vocab_lookup
 from specviz.engine.sampling import SamplingParams, pick
 from specviz.engine.tree import DraftTree
 from specviz.models.kernels import pack_linears
@@ -57,27 +57,6 @@ class BlockBackbone(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(shape) for _ in range(n_layers))
         self.mask_embed = nn.Parameter(torch.zeros(shape.d))
         self.norm = nn.RMSNorm(shape.d, eps=shape.eps)
-
-    def init_from_target(self, target) -> None:
-        """Start from the target's last decoder layer (output projections zeroed: each layer starts
-        as the identity), a damped copy of its final norm (small first logits rather than
-        confident wrong ones), and a MASK embedding at the mean token embedding. The context norm
-        starts as that layer's input norm: its copied k/v projections expect inputs at that
-        scale (a unit-weight norm made context attention logits ~10x too large, a saturated
-        softmax that never learned to read the context)."""
-        for layer in self.layers:
-            copy_target_layer(layer, target.model.model.layers[-1])
-        layers = target.model.model.layers
-        with torch.no_grad():
-            for tap, norm in zip(self.taps, self.tap_norms):
-                src = layers[tap].input_layernorm if tap < len(layers) else target.final_norm
-                norm.weight.copy_(src.weight)
-            self.ctx_norm.weight.copy_(layers[-1].input_layernorm.weight)
-            for layer in self.layers:
-                layer.o.weight.zero_()
-                layer.down.weight.zero_()
-            self.norm.weight.copy_(0.2 * target.final_norm.weight)
-            self.mask_embed.copy_(target.embed.weight.mean(0))
 
     def fuse(self, feats: dict[int, torch.Tensor]) -> torch.Tensor:
         """Target features {tap: [..., n, d]} -> the raw fc input [..., n, len(taps) d]."""

@@ -1,9 +1,9 @@
 """The separate draft model (strategy `draft`): a small Llama with the target's tokenizer, embedding
 and tied LM head, distilled from the target; chain drafting with its own KV cache.
 
-Boundary: the model, its drafter, its Trainable and `load_draft_lm` (the same weights as a plain
-transformers LlamaForCausalLM with the full vocabulary, for HF `assistant_model`). The layers
-start as a copy of target layers (LAYERS_FROM: the first and the last), so distillation starts
+Boundary: the model, its drafter and `load_draft_lm` (the same weights as a plain
+transformers LlamaForCausalLM with the full vocabulary, for HF `assistant_model`). Training (train/draft.py)
+starts the layers as a copy of target layers (the first and the last), so distillation starts
 from a working model. Only the layers and the final norm are shipped; the embedding is the
 target's. Our drafter computes logits over a reduced draft vocabulary (the target's rows), which
 keeps a draft step far cheaper than the 49152-row head.
@@ -20,8 +20,6 @@ from transformers import DynamicCache, LlamaForCausalLM
 
 from specviz.drafters import feature_heads as fh
 from specviz.drafters import weights
-from specviz.drafters.eagle import DRAFT_VOCAB
-from specviz.drafters.layers import vocab_lookup
 from specviz.engine.cost import (Acceptance, ForwardCost, forward_cost, verify_prefix,
                                   worth_drafting)
 from specviz.engine.sampling import SamplingParams
@@ -30,10 +28,6 @@ from specviz.models.kernels import Prepacked, pack_linears
 from specviz.models.kvcache import new_cache
 
 ID = "draft"
-
-
-def layers_from(n_layers: int) -> list[int]:
-    return [0, n_layers - 1]
 
 
 def new_lm(target, n_layers: int) -> LlamaForCausalLM:
@@ -62,15 +56,6 @@ class DraftModel(nn.Module):
         self.register_buffer("head_w", self.lm.model.embed_tokens.weight.detach()[vocab_ids.long()],
                              persistent=False)
         self.head_mm = Prepacked()
-
-    def init_from_target(self, target) -> "DraftModel":
-        src = target.model.model
-        self.source_layers = layers_from(src.config.num_hidden_layers)
-        with torch.no_grad():
-            for mine, i in zip(self.lm.model.layers, self.source_layers):
-                mine.load_state_dict(src.layers[i].state_dict())
-            self.lm.model.norm.weight.copy_(src.norm.weight)
-        return self
 
     def shipped(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.lm.state_dict().items()
@@ -191,47 +176,3 @@ class DraftLMDrafter:
 def build(target, settings: DraftSettings) -> DraftLMDrafter:
     return DraftLMDrafter(load(target), settings,
                           forward_cost(target) if settings.auto_budget else None)
-
-
-# --- training ---------------------------------------------------------------------------------
-class DraftTrainable:
-    taps: tuple[int, ...] = ()
-    eval_steps = 5
-
-    def __init__(self, model: DraftModel):
-        self.module = model
-        self.export_root = model.lm          # `export` writes its state dict's keys
-        self.t2d = vocab_lookup(model.vocab_ids, model.vocab)
-
-    def loss(self, batch, generator):
-        logits = self.module(batch["tokens"])
-        ce, w = fh.soft_ce(logits, batch, self.t2d.to(logits.device), 0)
-        ce = (ce * w).sum() / w.sum().clamp(min=1)
-        return ce, {"ce": ce.detach()}
-
-    def evaluate(self, batch):
-        logits = self.module(batch["tokens"])      # teacher-forced chain: step j = row i+1+j
-        return fh.hits([fh.shift(logits, 1 + j) for j in range(self.eval_steps)], batch,
-                       self.t2d.to(logits.device))
-
-    def export(self):
-        tensors = dict(self.module.shipped())
-        tensors["vocab_ids"] = self.module.vocab_ids.to(torch.int32)
-        return tensors, {"draft_vocab": len(self.module.vocab_ids),
-                         "layers": len(self.module.lm.model.layers),
-                         "source_layers": self.module.source_layers}
-
-    def describe(self) -> str:
-        n = len(self.module.lm.model.layers)
-        return (f"Draft LM: LlamaForCausalLM with the target's shapes and {n} layers (initialised "
-                f"from target layers {self.module.source_layers}), the target's frozen embedding and tied LM head (not shipped). Distilled with "
-                "soft CE against the target's top-64 distribution on a "
-                f"{len(self.module.vocab_ids)}-token draft vocabulary, which our drafter also "
-                "uses for speed; `load_draft_lm` gives the full-vocabulary model for HF "
-                "assisted generation.")
-
-
-def trainable(target, args) -> DraftTrainable:
-    from specviz.train.data import drafter_vocab
-    model = DraftModel(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab))
-    return DraftTrainable(model.init_from_target(target))

@@ -73,6 +73,7 @@ class DSparkSettings:
     scheduler: str = "hardware"  # greedy: Algorithm 1 on the measured cost; else the threshold
     markov: bool = True        # ablation switch: backbone logits alone when False
     window: int = 0            # attend to only the last W context positions (0 = all)
+    path: str = ""            # a published drafter folder or hub id (drafters/published)
 
     def check(self) -> None:
         if not 1 <= self.block_size <= 16:

@@ -1,7 +1,7 @@
 """EAGLE-1 head (strategy `eagle1`, static tree) and EAGLE-2 drafting with the same weights
 (strategy `eagle2`, dynamic tree). ALGORITHMS.md §2.
 
-Boundary: the head, its drafter and its Trainable. Entry i: fc(cat(emb(t_{i+1}), f_i)) -> one
+Boundary: the head and its drafter (training: train/heads.py). Entry i: fc(cat(emb(t_{i+1}), f_i)) -> one
 decoder layer -> f̂_{i+1}, the predicted final normed target feature (hidden_states[30]); logits
 come from the target's frozen LM head rows of the draft vocabulary (a CPU-speed choice: the full
 49152-row head would cost more than the head itself). Training: SmoothL1(f̂, f) + 0.1 * soft CE,
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specviz.drafters import feature_heads as fh
-from specviz.drafters.layers import DecoderLayer, LayerShape, vocab_lookup
+from specviz.drafters.layers import DecoderLayer, LayerShape
 from specviz.engine.cost import forward_cost
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
@@ -106,47 +106,3 @@ def build_eagle1(target, settings: None) -> EagleDrafter:
 def build_eagle2(target, settings: Eagle2Settings) -> EagleDrafter:
     cost = forward_cost(target) if settings.auto_budget else None
     return EagleDrafter(load_head(target), settings, cost)
-
-
-# --- training ---------------------------------------------------------------------------------
-class Eagle1Trainable:
-    eval_steps = 5
-
-    def __init__(self, head: Eagle1Head, noise: float = 0.2):
-        self.module = head
-        self.taps = head.taps
-        self.noise = noise
-        self.t2d = vocab_lookup(head.vocab_ids, head.vocab)
-
-    def loss(self, batch, generator):
-        f = batch[f"h{self.taps[0]}"]
-        noise = (torch.rand(f.shape, generator=generator, device=f.device) - 0.5) * self.noise
-        out, logits = fh.unroll(self.module, batch, 1, g0=f + noise)[0]
-        reg = F.smooth_l1_loss(out, fh.shift(f, 1), reduction="none").mean(-1)
-        ce, wc = fh.soft_ce(logits, batch, self.t2d.to(f.device), 1)
-        reg = (reg * wc).sum() / wc.sum().clamp(min=1)
-        ce = (ce * wc).sum() / wc.sum().clamp(min=1)
-        return reg + 0.1 * ce, {"reg": reg.detach(), "ce": ce.detach()}
-
-    def evaluate(self, batch):
-        steps = fh.unroll(self.module, batch, self.eval_steps)
-        return fh.hits([lg for _, lg in steps], batch, self.t2d.to(batch["tokens"].device))
-
-    def export(self):
-        tensors = {k: v for k, v in self.module.state_dict().items()}
-        tensors["vocab_ids"] = self.module.vocab_ids.to(torch.int32)
-        return tensors, {"draft_vocab": len(self.module.vocab_ids), "taps": list(self.taps)}
-
-    def describe(self) -> str:
-        return ("EAGLE-1 feature head: fc Linear(2d -> d, bias) on cat(emb(t_{i+1}), f_i) with "
-                "f = target hidden_states[30], one Llama decoder layer (d 576, 9/3 heads, MLP "
-                "1536), output = predicted next feature; logits from the target's frozen LM head "
-                f"restricted to a {len(self.module.vocab_ids)}-token draft vocabulary (most "
-                "target probability mass in the data). Loss SmoothL1(f̂, f) + 0.1 * soft CE "
-                "(top-64 target probabilities), uniform input noise ±0.1. Strategies: `eagle1` "
-                "(static 20-node tree), `eagle2` (EAGLE-2 dynamic tree, same weights).")
-
-
-def trainable(target, args) -> Eagle1Trainable:
-    from specviz.train.data import drafter_vocab
-    return Eagle1Trainable(Eagle1Head(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)))

@@ -1,7 +1,7 @@
 """EAGLE-3 (strategy `eagle3`): three fused target layers, direct token prediction, trained with
 training-time test; EAGLE-2 dynamic tree or chain drafting. ALGORITHMS.md §2.
 
-Boundary: the head, its drafter and its Trainable. For real positions
+Boundary: the head and its drafter (training: train/heads.py). For real positions
 g_i = fc(cat(norm(h_low), norm(h_mid), norm(h_high))) (hidden_states 2, L//2, L-3 = 2, 15, 27 on
 the 30-layer target; each tap RMS-normed because target layers carry outlier dims of ~3e4);
 draft steps feed the head's own output instead. The decoder layer attends over cat(norm(emb(t_{i+1})), norm(g_i))
@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from specviz.drafters import feature_heads as fh
-from specviz.drafters.eagle import DRAFT_VOCAB, FrozenTargetParts
+from specviz.drafters.eagle import FrozenTargetParts
 from specviz.drafters.layers import DecoderLayer, LayerShape
 from specviz.engine.cost import forward_cost
 from specviz.engine.sampling import SamplingParams
@@ -94,22 +94,3 @@ class Eagle3Drafter(fh.HeadDrafter):
 def build(target, settings: Eagle3Settings) -> Eagle3Drafter:
     cost = forward_cost(target) if settings.mode == "tree" and settings.auto_budget else None
     return Eagle3Drafter(load_head(target), settings, cost)
-
-
-# --- training ---------------------------------------------------------------------------------
-class Eagle3Trainable(fh.UnrolledTrainable):
-    def __init__(self, head: Eagle3Head, steps: int = 4, decay: float = 0.8):
-        super().__init__(head, steps, decay)
-
-    def describe(self) -> str:
-        return (f"EAGLE-3 head: fc Linear(3d -> d) on target hidden_states {list(self.taps)}; one "
-                "Llama decoder layer whose attention reads cat(RMSNorm(emb), RMSNorm(g)) (2d) "
-                "with residual g; RMSNorm + the target's LM-head rows of a "
-                f"{len(self.module.vocab_ids)}-token draft vocabulary (frozen, `vocab_ids` = d2t "
-                f"as ids). Training-time test: {self.steps} unrolled steps, loss sum 0.8^j soft "
-                "CE. Strategy `eagle3`: EAGLE-2 dynamic tree (default) or chain (mode=chain).")
-
-
-def trainable(target, args) -> Eagle3Trainable:
-    from specviz.train.data import drafter_vocab
-    return Eagle3Trainable(Eagle3Head(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)))

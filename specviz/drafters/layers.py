@@ -117,19 +117,6 @@ def causal_mask(n: int, past: int, device=None) -> torch.Tensor:
 
 
 
-TARGET_NAMES = {"input_norm": "input_layernorm", "post_norm": "post_attention_layernorm",
-                "q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
-                "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj",
-                "down": "mlp.down_proj"}
-
-
-@torch.no_grad()
-def copy_target_layer(layer: DecoderLayer, src: nn.Module) -> None:
-    """Initialise a drafter layer from a target (HF Llama) decoder layer of the same geometry."""
-    for mine, theirs in TARGET_NAMES.items():
-        getattr(layer, mine).weight.copy_(src.get_submodule(theirs).weight)
-
-
 class DraftHead:
     """The target's frozen LM head restricted to a draft vocabulary (EAGLE-3's reduced vocab, as
     target ids): drafts only ever propose these tokens, and the head costs Vd/V of the full one.

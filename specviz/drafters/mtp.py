@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from specviz.drafters import weights
-from specviz.drafters.layers import DecoderLayer, DraftHead, LayerShape, causal_mask, copy_target_layer
+from specviz.drafters.layers import DecoderLayer, DraftHead, LayerShape, causal_mask
 from specviz.engine.cost import Acceptance, ForwardCost, chain_values, forward_cost, verify_prefix
 from specviz.engine.sampling import SamplingParams, pick
 from specviz.engine.tree import DraftTree
@@ -43,20 +43,6 @@ class MtpModule(nn.Module):
         self.proj = nn.Linear(2 * shape.d, shape.d, bias=False)             # M
         self.block = DecoderLayer(shape)
         self.norm = nn.RMSNorm(shape.d, eps=shape.eps)
-
-    def init_from_target(self, target) -> None:
-        """Start near the identity: M = [0.1 I | I] passes h through, and the block (the target's
-        last decoder layer) has zeroed output projections, so the first drafts are the target's
-        own next-token guess; training shifts them one token ahead."""
-        copy_target_layer(self.block, target.model.model.layers[-1])
-        with torch.no_grad():
-            self.block.o.weight.zero_()
-            self.block.down.weight.zero_()
-            self.norm.weight.copy_(target.final_norm.weight)
-            d = self.shape.d
-            self.proj.weight.zero_()
-            self.proj.weight[:, d:] = torch.eye(d)
-            self.proj.weight[:, :d] = 0.1 * torch.eye(d)
 
     def forward(self, emb: torch.Tensor, h: torch.Tensor, positions: torch.Tensor,
                 prefix: tuple[torch.Tensor, torch.Tensor] | None = None,

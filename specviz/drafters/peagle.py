@@ -1,7 +1,7 @@
 """P-EAGLE (strategy `peagle`): parallel drafting, one drafter forward proposes K tokens.
 ALGORITHMS.md §3.
 
-Boundary: the head, its drafter and its Trainable. EAGLE-3 features (hidden_states 2, L//2,
+Boundary: the head and its drafter (training: train/heads.py). EAGLE-3 features (hidden_states 2, L//2,
 L-3, each RMS-normed, fused by fc) and a deeper drafter (N decoder layers). Entry input =
 fc_in(cat(emb, g)). The
 draft block is one forward of K entries: the root entry (real feature, root token; cached for
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from specviz.drafters import feature_heads as fh
-from specviz.drafters.eagle import DRAFT_VOCAB, FrozenTargetParts
+from specviz.drafters.eagle import FrozenTargetParts
 from specviz.drafters.eagle3 import eagle3_taps
 from specviz.drafters.layers import DecoderLayer, LayerShape
 from specviz.engine.cost import chain_values, forward_cost, verify_prefix
@@ -114,30 +114,3 @@ class PEagleDrafter(fh.HeadDrafter):
 def build(target, settings: PEagleSettings) -> PEagleDrafter:
     return PEagleDrafter(load_head(target), settings,
                          forward_cost(target) if settings.auto_budget else None)
-
-
-# --- training ---------------------------------------------------------------------------------
-class PEagleTrainable(fh.UnrolledTrainable):
-    def __init__(self, head: PEagleHead, k: int = 4, decay: float = 0.8):
-        super().__init__(head, k, decay)
-
-    def unrolled(self, batch):
-        return fh.unroll(self.module, batch, self.steps,
-                         inputs=lambda j, prev: self.module.mask_inputs(prev.shape))
-
-    def export(self):
-        return super().export(layers=self.module.n_layers, ffn=self.module.ffn, k=self.steps)
-
-    def describe(self) -> str:
-        m = self.module
-        return (f"P-EAGLE head: fc Linear(3d -> d) on target hidden_states {list(self.taps)}, "
-                f"fc_in Linear(2d -> d) on cat(emb, g), {m.n_layers} Llama decoder layers (MLP "
-                f"{m.ffn}), learned shared hidden state and mask-token embedding for the parallel "
-                f"positions; RMSNorm + the target's frozen LM-head rows of a "
-                f"{len(m.vocab_ids)}-token draft vocabulary. One forward proposes K = {self.steps} "
-                "tokens; loss sum 0.8^k soft CE over the K positions.")
-
-
-def trainable(target, args) -> PEagleTrainable:
-    from specviz.train.data import drafter_vocab
-    return PEagleTrainable(PEagleHead(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)))

@@ -1,0 +1,103 @@
+"""Training the EAGLE-family feature heads: EAGLE-1 (also EAGLE-2's weights), EAGLE-3 and
+P-EAGLE (the heads and their drafting: drafters/eagle.py, eagle3.py, peagle.py).
+
+Boundary: the `Trainable`s the generic loop (loop.py) runs, built by the CLI's factories
+`eagle1`, `eagle3` and `peagle`. EAGLE-1: SmoothL1(f̂, f) + 0.1 * soft CE, uniform noise on the
+input features. EAGLE-3 and P-EAGLE: `unroll.UnrolledTrainable` (sum_j 0.8^j * soft CE over
+unrolled steps; P-EAGLE's steps are its parallel mask positions).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from specviz.drafters.eagle import DRAFT_VOCAB, Eagle1Head
+from specviz.drafters.eagle3 import Eagle3Head
+from specviz.drafters.layers import vocab_lookup
+from specviz.drafters.peagle import PEagleHead
+from specviz.train.data import drafter_vocab
+from specviz.train.unroll import UnrolledTrainable, hits, shift, soft_ce, unroll
+
+
+class Eagle1Trainable:
+    eval_steps = 5
+
+    def __init__(self, head: Eagle1Head, noise: float = 0.2):
+        self.module = head
+        self.taps = head.taps
+        self.noise = noise
+        self.t2d = vocab_lookup(head.vocab_ids, head.vocab)
+
+    def loss(self, batch, generator):
+        f = batch[f"h{self.taps[0]}"]
+        noise = (torch.rand(f.shape, generator=generator, device=f.device) - 0.5) * self.noise
+        out, logits = unroll(self.module, batch, 1, g0=f + noise)[0]
+        reg = F.smooth_l1_loss(out, shift(f, 1), reduction="none").mean(-1)
+        ce, wc = soft_ce(logits, batch, self.t2d.to(f.device), 1)
+        reg = (reg * wc).sum() / wc.sum().clamp(min=1)
+        ce = (ce * wc).sum() / wc.sum().clamp(min=1)
+        return reg + 0.1 * ce, {"reg": reg.detach(), "ce": ce.detach()}
+
+    def evaluate(self, batch):
+        steps = unroll(self.module, batch, self.eval_steps)
+        return hits([lg for _, lg in steps], batch, self.t2d.to(batch["tokens"].device))
+
+    def export(self):
+        tensors = {k: v for k, v in self.module.state_dict().items()}
+        tensors["vocab_ids"] = self.module.vocab_ids.to(torch.int32)
+        return tensors, {"draft_vocab": len(self.module.vocab_ids), "taps": list(self.taps)}
+
+    def describe(self) -> str:
+        return ("EAGLE-1 feature head: fc Linear(2d -> d, bias) on cat(emb(t_{i+1}), f_i) with "
+                "f = target hidden_states[30], one Llama decoder layer (d 576, 9/3 heads, MLP "
+                "1536), output = predicted next feature; logits from the target's frozen LM head "
+                f"restricted to a {len(self.module.vocab_ids)}-token draft vocabulary (most "
+                "target probability mass in the data). Loss SmoothL1(f̂, f) + 0.1 * soft CE "
+                "(top-64 target probabilities), uniform input noise ±0.1. Strategies: `eagle1` "
+                "(static 20-node tree), `eagle2` (EAGLE-2 dynamic tree, same weights).")
+
+
+def eagle1(target, args) -> Eagle1Trainable:
+    return Eagle1Trainable(Eagle1Head(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)))
+
+
+class Eagle3Trainable(UnrolledTrainable):
+    def __init__(self, head: Eagle3Head, steps: int = 4, decay: float = 0.8):
+        super().__init__(head, steps, decay)
+
+    def describe(self) -> str:
+        return (f"EAGLE-3 head: fc Linear(3d -> d) on target hidden_states {list(self.taps)}; one "
+                "Llama decoder layer whose attention reads cat(RMSNorm(emb), RMSNorm(g)) (2d) "
+                "with residual g; RMSNorm + the target's LM-head rows of a "
+                f"{len(self.module.vocab_ids)}-token draft vocabulary (frozen, `vocab_ids` = d2t "
+                f"as ids). Training-time test: {self.steps} unrolled steps, loss sum 0.8^j soft "
+                "CE. Strategy `eagle3`: EAGLE-2 dynamic tree (default) or chain (mode=chain).")
+
+
+def eagle3(target, args) -> Eagle3Trainable:
+    return Eagle3Trainable(Eagle3Head(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)))
+
+
+class PEagleTrainable(UnrolledTrainable):
+    def __init__(self, head: PEagleHead, k: int = 4, decay: float = 0.8):
+        super().__init__(head, k, decay)
+
+    def unrolled(self, batch):
+        return unroll(self.module, batch, self.steps,
+                         inputs=lambda j, prev: self.module.mask_inputs(prev.shape))
+
+    def export(self):
+        return super().export(layers=self.module.n_layers, ffn=self.module.ffn, k=self.steps)
+
+    def describe(self) -> str:
+        m = self.module
+        return (f"P-EAGLE head: fc Linear(3d -> d) on target hidden_states {list(self.taps)}, "
+                f"fc_in Linear(2d -> d) on cat(emb, g), {m.n_layers} Llama decoder layers (MLP "
+                f"{m.ffn}), learned shared hidden state and mask-token embedding for the parallel "
+                f"positions; RMSNorm + the target's frozen LM-head rows of a "
+                f"{len(m.vocab_ids)}-token draft vocabulary. One forward proposes K = {self.steps} "
+                "tokens; loss sum 0.8^k soft CE over the K positions.")
+
+
+def peagle(target, args) -> PEagleTrainable:
+    return PEagleTrainable(PEagleHead(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)))

@@ -1,0 +1,81 @@
+"""Where training starts: drafter weights initialised from the target's own weights.
+
+Boundary: in-place initialisation of freshly built drafter modules (drafters/draft.py,
+dflash.py, mtp.py) from a target; nothing here runs at inference (shipped weights replace it).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from specviz.drafters.dflash import BlockBackbone
+from specviz.drafters.draft import DraftModel
+from specviz.drafters.layers import DecoderLayer
+from specviz.drafters.mtp import MtpModule
+
+TARGET_NAMES = {"input_norm": "input_layernorm", "post_norm": "post_attention_layernorm",
+                "q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
+                "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj",
+                "down": "mlp.down_proj"}
+
+
+@torch.no_grad()
+def copy_target_layer(layer: DecoderLayer, src: nn.Module) -> None:
+    """Initialise a drafter layer from a target (HF Llama) decoder layer of the same geometry."""
+    for mine, theirs in TARGET_NAMES.items():
+        getattr(layer, mine).weight.copy_(src.get_submodule(theirs).weight)
+
+
+def layers_from(n_layers: int) -> list[int]:
+    """The target layers a 2-layer draft model starts from: the first and the last."""
+    return [0, n_layers - 1]
+
+
+def draft_model(model: DraftModel, target) -> DraftModel:
+    """Copy target layers `layers_from` (recorded as model.source_layers) and the final norm."""
+    src = target.model.model
+    model.source_layers = layers_from(src.config.num_hidden_layers)
+    with torch.no_grad():
+        for mine, i in zip(model.lm.model.layers, model.source_layers):
+            mine.load_state_dict(src.layers[i].state_dict())
+        model.lm.model.norm.weight.copy_(src.norm.weight)
+    return model
+
+
+def block_backbone(bb: BlockBackbone, target) -> BlockBackbone:
+    """Start from the target's last decoder layer (output projections zeroed: each layer starts
+    as the identity), a damped copy of its final norm (small first logits rather than
+    confident wrong ones), and a MASK embedding at the mean token embedding. The context norm
+    starts as that layer's input norm: its copied k/v projections expect inputs at that
+    scale (a unit-weight norm made context attention logits ~10x too large, a saturated
+    softmax that never learned to read the context)."""
+    for layer in bb.layers:
+        copy_target_layer(layer, target.model.model.layers[-1])
+    layers = target.model.model.layers
+    with torch.no_grad():
+        for tap, norm in zip(bb.taps, bb.tap_norms):
+            src = layers[tap].input_layernorm if tap < len(layers) else target.final_norm
+            norm.weight.copy_(src.weight)
+        bb.ctx_norm.weight.copy_(layers[-1].input_layernorm.weight)
+        for layer in bb.layers:
+            layer.o.weight.zero_()
+            layer.down.weight.zero_()
+        bb.norm.weight.copy_(0.2 * target.final_norm.weight)
+        bb.mask_embed.copy_(target.embed.weight.mean(0))
+    return bb
+
+
+def mtp_module(m: MtpModule, target) -> MtpModule:
+    """Start near the identity: M = [0.1 I | I] passes h through, and the block (the target's
+    last decoder layer) has zeroed output projections, so the first drafts are the target's
+    own next-token guess; training shifts them one token ahead."""
+    copy_target_layer(m.block, target.model.model.layers[-1])
+    with torch.no_grad():
+        m.block.o.weight.zero_()
+        m.block.down.weight.zero_()
+        m.norm.weight.copy_(target.final_norm.weight)
+        d = m.shape.d
+        m.proj.weight.zero_()
+        m.proj.weight[:, d:] = torch.eye(d)
+        m.proj.weight[:, :d] = 0.1 * torch.eye(d)
+    return m
