@@ -32,9 +32,10 @@ BLOCK_SIZES = (8, 16)  # shipped models: assets/dflash-b8, assets/dflash-b16
 class DFlashSettings:
     block_size: int = 16       # picks the model: B - 1 drafts per forward
     window: int = 0            # attend to only the last W context positions (0 = all)
+    path: str = ""             # a published drafter folder or hub id; its own block size is used
 
     def check(self) -> None:
-        if self.block_size not in BLOCK_SIZES:
+        if not self.path and self.block_size not in BLOCK_SIZES:
             raise ValueError(f"dflash block_size must be one of {BLOCK_SIZES}")
         if self.window < 0:
             raise ValueError("window must be >= 0 (0 = the whole context)")

@@ -77,11 +77,17 @@ def load_head(target) -> Eagle1Head:
 
 
 @dataclass(frozen=True)
+class Eagle1Settings:
+    path: str = ""            # a published drafter folder or hub id (drafters/published)
+
+
+@dataclass(frozen=True)
 class Eagle2Settings:
     top_k: int = 6
     depth: int = 6
     total_tokens: int = 24
     auto_budget: bool = True    # greedy: verify only the best nodes that pay for their time
+    path: str = ""            # a published drafter folder or hub id (drafters/published)
 
     def check(self) -> None:
         if not (1 <= self.top_k <= 16 and 1 <= self.depth <= 12 and 2 <= self.total_tokens <= 128):
@@ -99,7 +105,7 @@ class EagleDrafter(fh.HeadDrafter):
                                self.cost if sp.greedy else None)
 
 
-def build_eagle1(target, settings: None) -> EagleDrafter:
+def build_eagle1(target, settings: Eagle1Settings | None) -> EagleDrafter:
     return EagleDrafter(load_head(target), None)
 
 

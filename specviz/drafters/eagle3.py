@@ -72,6 +72,7 @@ class Eagle3Settings:
     total_tokens: int = 24
     gamma: int = 5              # chain length
     auto_budget: bool = True    # greedy tree mode: verify only nodes that pay for their time
+    path: str = ""            # a published drafter folder or hub id (drafters/published)
 
     def check(self) -> None:
         if self.mode not in ("tree", "chain"):

@@ -31,6 +31,8 @@ class LayerShape:
     rope_theta: float = 100_000.0
     d_in: int = 0              # attention input width (0: d); EAGLE-3 feeds cat(emb, h) = 2d
     eps: float = 1e-5
+    qk_norm: bool = False      # Qwen3-style RMSNorm of each q / k head before RoPE
+    input_norm: bool = True    # False: no input RMSNorm (EAGLE-1's layer 0)
 
     @classmethod
     def of(cls, target, **kw) -> "LayerShape":
@@ -67,7 +69,10 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.s = s
         d_in = s.d_in or s.d
-        self.input_norm = nn.RMSNorm(d_in, eps=s.eps)
+        self.input_norm = nn.RMSNorm(d_in, eps=s.eps) if s.input_norm else nn.Identity()
+        if s.qk_norm:   # only then: shipped state dicts keep their keys
+            self.q_norm = nn.RMSNorm(s.head_dim, eps=s.eps)
+            self.k_norm = nn.RMSNorm(s.head_dim, eps=s.eps)
         self.q = nn.Linear(d_in, s.heads * s.head_dim, bias=False)
         self.k = nn.Linear(d_in, s.kv_heads * s.head_dim, bias=False)
         self.v = nn.Linear(d_in, s.kv_heads * s.head_dim, bias=False)
@@ -77,14 +82,17 @@ class DecoderLayer(nn.Module):
         self.up = nn.Linear(s.d, s.ffn, bias=False)
         self.down = nn.Linear(s.ffn, s.d, bias=False)
 
-    def _heads(self, t: torch.Tensor, n_heads: int) -> torch.Tensor:
+    def _heads(self, t: torch.Tensor, n_heads: int, norm: str = "") -> torch.Tensor:
         b, n, _ = t.shape
-        return t.view(b, n, n_heads, self.s.head_dim).transpose(1, 2)
+        t = t.view(b, n, n_heads, self.s.head_dim)
+        if norm and self.s.qk_norm:
+            t = getattr(self, norm)(t)
+        return t.transpose(1, 2)
 
     def project_kv(self, h: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys/values of states h [b, n, d_in] used as they are (no input norm), RoPE'd at
         `positions`."""
-        k = rope(self._heads(self.k(h), self.s.kv_heads), positions, self.s.rope_theta)
+        k = rope(self._heads(self.k(h), self.s.kv_heads, "k_norm"), positions, self.s.rope_theta)
         return k, self._heads(self.v(h), self.s.kv_heads)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor,
@@ -95,7 +103,7 @@ class DecoderLayer(nn.Module):
         attention output (default x; EAGLE-3 passes h because its input is 2d wide)."""
         s = self.s
         xn = self.input_norm(x)
-        q = rope(self._heads(self.q(xn), s.heads), positions, s.rope_theta)
+        q = rope(self._heads(self.q(xn), s.heads, "q_norm"), positions, s.rope_theta)
         k, v = self.project_kv(xn, positions)
         keys, values = (k, v) if prefix is None else (torch.cat([prefix[0], k], 2),
                                                       torch.cat([prefix[1], v], 2))
