@@ -15,6 +15,7 @@ from specviz.drafters.mtp import MtpDrafter, MtpModule
 from specviz.engine.cost import ForwardCost, prefix_schedule
 from specviz.engine.decode import GenSettings, run
 from specviz.engine.sampling import SamplingParams
+from specviz.train import init
 from specviz.train.blocks import block_hidden, block_mask
 
 TINY_TAPS = (1, 2, 3)
@@ -24,14 +25,14 @@ TINY_VOCAB = torch.arange(100, 600)
 def tiny_backbone(t, layers=2):
     torch.manual_seed(1)
     bb = BlockBackbone(LayerShape.of(t), TINY_VOCAB, t.vocab, layers, TINY_TAPS)
-    bb.init_from_target(t)
+    init.block_backbone(bb, t)
     return bb.eval()
 
 
 def tiny_dspark(t, block=8):
     torch.manual_seed(2)
     m = DSparkModel(LayerShape.of(t), TINY_VOCAB, t.vocab, block=block, taps=TINY_TAPS)
-    m.backbone.init_from_target(t)
+    init.block_backbone(m.backbone, t)
     torch.nn.init.normal_(m.w2.weight, std=0.5)        # a visible Markov bias
     return m.eval()
 
@@ -39,7 +40,7 @@ def tiny_dspark(t, block=8):
 def tiny_mtp(t):
     torch.manual_seed(3)
     m = MtpModule(LayerShape.of(t), TINY_VOCAB, tap=t.n_layers)
-    m.init_from_target(t)
+    init.mtp_module(m, t)
     return m.eval()
 
 

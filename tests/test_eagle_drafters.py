@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from specviz import strategies
-from specviz.drafters import feature_heads as fh
 from specviz.drafters.base import DrafterUnavailable
 from specviz.drafters.draft import DraftLMDrafter, DraftModel, DraftSettings
 from specviz.drafters.eagle import STATIC_TREE, Eagle1Head, Eagle2Settings, EagleDrafter
@@ -18,6 +17,8 @@ from specviz import events as ev
 from specviz.engine.cost import Acceptance, ForwardCost
 from specviz.engine.decode import GenSettings, run
 from specviz.engine.sampling import SamplingParams
+from specviz.train import init
+from specviz.train.unroll import unroll_mask
 
 PROMPTS = ["What is the capital of France?", "Write a Python function that adds two numbers."]
 
@@ -36,7 +37,7 @@ def heads(tiny_target):
     return {"eagle1": Eagle1Head(tiny_target, v).eval(),
             "eagle3": Eagle3Head(tiny_target, v).eval(),
             "peagle": PEagleHead(tiny_target, v).eval(),
-            "draft": DraftModel(tiny_target, v).init_from_target(tiny_target).eval()}
+            "draft": init.draft_model(DraftModel(tiny_target, v), tiny_target).eval()}
 
 
 def drafters(heads):
@@ -152,7 +153,7 @@ def test_sampling_runs(tiny_target, heads, name):
 
 
 def test_unroll_mask():
-    m = fh.unroll_mask(3, 2)
+    m = unroll_mask(3, 2)
     assert m.shape == (3, 9)
     assert m[2, :3].all() and not m[0, 1] and m[1, 4] and not m[1, 3] and m[2, 8]
 

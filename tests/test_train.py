@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from specviz.drafters import weights
-from specviz.drafters.eagle3 import Eagle3Head, Eagle3Trainable
+from specviz.drafters.eagle3 import Eagle3Head
 from specviz.train import data as D
+from specviz.train.heads import Eagle3Trainable
 from specviz.train.loop import TrainConfig, init_from, load_checkpoint, train
 from specviz.train.pool import extract_instruction, instruction_pool, meta_prompts
 
@@ -128,9 +129,11 @@ def test_fine_tuning_starts_from_shipped_weights(tiny_target, tiny_data):
 
 def test_fine_tuning_the_draft_model_loads_its_lm(tiny_target, tiny_data):
     """The draft LM ships its inner LlamaForCausalLM's keys (`export_root`); they load back."""
-    from specviz.drafters.draft import DraftModel, DraftTrainable
+    from specviz.drafters.draft import DraftModel
+    from specviz.train import init
+    from specviz.train.draft import DraftTrainable
     vocab = D.TrainData(tiny_data).vocab_by_mass(512, tiny_target.vocab)
-    tr = DraftTrainable(DraftModel(tiny_target, vocab).init_from_target(tiny_target))
+    tr = DraftTrainable(init.draft_model(DraftModel(tiny_target, vocab), tiny_target))
     tensors, _ = tr.export()
     tensors.pop("vocab_ids")
     fresh = DraftTrainable(DraftModel(tiny_target, vocab))
@@ -138,3 +141,17 @@ def test_fine_tuning_the_draft_model_loads_its_lm(tiny_target, tiny_data):
     assert tensors and set(tensors) <= set(fresh.export_root.state_dict())
     assert all(torch.equal(tensors[k], v) for k, v in fresh.export_root.state_dict().items()
                if k in tensors)
+
+
+def test_drafters_import_nothing_from_train():
+    """specviz/drafters/ is inference only: training lives in specviz/train/ (issue 19)."""
+    import ast
+    from pathlib import Path
+    import specviz.drafters
+    bad = []
+    for f in sorted(Path(specviz.drafters.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{f.name}: {n}" for n in names if n.startswith("specviz.train")]
+    assert not bad, bad

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from specviz.drafters.dflash import BlockBackbone
 from specviz.drafters.dspark import DSparkModel
 from specviz.drafters.layers import LayerShape
-from specviz.train import calibrate
+from specviz.train import calibrate, init
 from specviz.train.data import TrainData, drafter_vocab
 from specviz.train.distill import head_logits, l1_to_target, soft_ce, to_draft, weighted_mean
 
@@ -232,7 +232,7 @@ class BlockTrainable:
 def dflash(target, args, size: int) -> BlockTrainable:
     vocab = drafter_vocab(args, DRAFT_VOCAB, target.vocab)
     bb = BlockBackbone(LayerShape.of(target), vocab, target.vocab, n_layers(args))
-    bb.init_from_target(target)
+    init.block_backbone(bb, target)
     return BlockTrainable(target, bb, size, off=1, gamma_w=7.0 if size >= 16 else 4.0)
 
 
@@ -248,7 +248,7 @@ def dspark(target, args, size: int = 16) -> BlockTrainable:
     vocab = drafter_vocab(args, DRAFT_VOCAB, target.vocab)
     model = DSparkModel(LayerShape.of(target), vocab, target.vocab, block=size,
                         n_layers=n_layers(args), rank=MARKOV_RANK)
-    model.backbone.init_from_target(target)
+    init.block_backbone(model.backbone, target)
     held = TrainData(args.data, model.backbone.taps)
     return BlockTrainable(target, model.backbone, size, off=0, gamma_w=7.0, dspark=model,
                           heldout=held)

@@ -1,8 +1,8 @@
 """`python -m specviz train`: build the shared training data, or train one drafter.
 
-Boundary: argument parsing and wiring only. Each drafter family exposes a `trainable(target,
-data, args) -> Trainable` factory; TRAINERS maps drafter ids to them (module:function strings, so
-importing the CLI loads no drafter). Training writes checkpoints to artifacts/train/<id>/ and
+Boundary: argument parsing and wiring only. Each drafter family has a factory `(target, args) -> Trainable` in
+specviz/train/; TRAINERS maps drafter ids to them (module:function strings, so importing the CLI
+loads no drafter). Training writes checkpoints to artifacts/train/<id>/ and
 the final weights + model card to assets/.
 
   python -m specviz train --build-data --n-seqs 800 [--stdlib-chunks 60]
@@ -19,10 +19,10 @@ import torch
 from specviz.train import data as D
 
 TRAINERS = {
-    "draft": "specviz.drafters.draft:trainable",
-    "eagle1": "specviz.drafters.eagle:trainable",
-    "eagle3": "specviz.drafters.eagle3:trainable",
-    "peagle": "specviz.drafters.peagle:trainable",
+    "draft": "specviz.train.draft:draft",
+    "eagle1": "specviz.train.heads:eagle1",
+    "eagle3": "specviz.train.heads:eagle3",
+    "peagle": "specviz.train.heads:peagle",
     "mtp": "specviz.train.mtp:mtp",
     "dflash-b8": "specviz.train.blocks:dflash_b8",
     "dflash-b16": "specviz.train.blocks:dflash_b16",

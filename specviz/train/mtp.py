@@ -17,6 +17,7 @@ import torch
 from specviz.drafters.mtp import MtpModule
 from specviz.drafters.layers import LayerShape, vocab_lookup
 from specviz.train.blocks import DRAFT_VOCAB
+from specviz.train import init
 from specviz.train.data import drafter_vocab
 from specviz.train.distill import head_logits, soft_ce, to_draft, weighted_mean
 
@@ -107,5 +108,5 @@ class MtpTrainable:
 def mtp(target, args) -> MtpTrainable:
     vocab = drafter_vocab(args, DRAFT_VOCAB, target.vocab)
     module = MtpModule(LayerShape.of(target), vocab, tap=target.n_layers)
-    module.init_from_target(target)
+    init.mtp_module(module, target)
     return MtpTrainable(target, module)
