@@ -1,4 +1,4 @@
-"""Command line: generate, bench, replay, train (DESIGN.md §5 contracts).
+"""Command line: generate, bench, replay, export, selfcheck, train (DESIGN.md §5 contracts).
 
 Boundary: argument parsing, output formatting and turning every user error into one
 `specviz: error: ...` line with exit status 2 (no traceback).
@@ -98,6 +98,17 @@ def parser() -> argparse.ArgumentParser:
     x.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
     x.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     x.add_argument("--json", action="store_true", help="print one JSON object")
+
+    c = sub.add_parser("selfcheck", help="every strategy, greedy, on two short prompts against "
+                       "ar: works / mismatch / unavailable (exit 1 on a mismatch)")
+    c.add_argument("--model", default=EMBEDDED, help="target: 'embedded' (default), a hub id or a folder")
+    c.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    c.add_argument("--set", action="append", default=[], metavar="STRATEGY:KEY=VALUE",
+                   help="a strategy setting, e.g. --set eagle3:path=DIR (repeatable)")
+    c.add_argument("--strategies", default="", help="comma-separated ids (default: all)")
+    c.add_argument("--max-new-tokens", type=int, default=32)
+    c.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
 
     sub.add_parser("train", help="train drafters (see: python -m specviz train --help)", add_help=False)
     return ap
@@ -218,6 +229,32 @@ def cmd_export(a: argparse.Namespace) -> None:
             print(f"- {d}")
 
 
+def cmd_selfcheck(a: argparse.Namespace) -> int:
+    from dataclasses import asdict
+    from specviz import strategies
+    from specviz.selfcheck import parse_sets, selfcheck
+    sets = parse_sets(a.set)
+    for sid in a.strategies.split(",") if a.strategies else []:
+        strategies.spec(sid.strip())
+    GenSettings(max_new_tokens=a.max_new_tokens).check()
+    target = _load(a)
+    only = [x.strip() for x in a.strategies.split(",") if x.strip()]
+    lines = selfcheck(target, sets, a.max_new_tokens, only)
+    failed = any(line.status == "mismatch" for line in lines)
+    if a.json:
+        print(json.dumps({"model": target.model_id, "device": str(target.device),
+                          "ok": not failed, "strategies": [asdict(x) for x in lines]},
+                         ensure_ascii=False))
+    else:
+        print(f"selfcheck: {target.model_id} on {target.device} ({target.dtype}), greedy, "
+              f"{a.max_new_tokens} new tokens per prompt")
+        for line in lines:
+            print(line.text())
+        print("FAILED: a strategy left ar's tokens" if failed else "OK: every available "
+              "strategy reproduces ar")
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["train"]:
@@ -226,9 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = parser()
     a = ap.parse_args(argv)
     try:
-        {"generate": cmd_generate, "bench": cmd_bench, "replay": cmd_replay,
+        code = {"generate": cmd_generate, "bench": cmd_bench, "replay": cmd_replay,
                 "serve-bench": cmd_serve_bench,
-         "export": cmd_export}[a.cmd](a)
+                "export": cmd_export, "selfcheck": cmd_selfcheck}[a.cmd](a)
     except USER_ERRORS as exc:
         print(f"specviz: error: {exc}", file=sys.stderr)
         return 2
@@ -241,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         print("specviz: error: out of memory; try fewer --max-new-tokens or a shorter prompt",
               file=sys.stderr)
         return 2
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

@@ -305,3 +305,33 @@ def test_real_entry_point_no_traceback():
                         "--top-p", "7"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2
     assert p.stderr.strip() == "specviz: error: top-p must be in (0, 1], got 7.0"
+
+
+def test_selfcheck_passes_on_the_embedded_model(capsys):
+    code, out, _ = run_cli(capsys, "selfcheck", "--max-new-tokens", "8", "--threads", "2",
+                           "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["ok"] is True
+    status = {x["strategy"]: x["status"] for x in d["strategies"]}
+    assert status["ar"] == "reference"
+    # every shipped drafter loads and reproduces ar: none is unavailable on the embedded model
+    assert set(status.values()) == {"reference", "works"}, status
+    assert all(x["tau"] >= 1.0 for x in d["strategies"])
+
+
+def test_selfcheck_exits_nonzero_on_a_mismatch(capsys, monkeypatch):
+    import specviz.selfcheck
+    monkeypatch.setattr(specviz.selfcheck, "greedy_match", lambda *a: False)
+    code, out, _ = run_cli(capsys, "selfcheck", "--strategies", "ngram", "--max-new-tokens", "4",
+                           "--threads", "2")
+    assert code == 1
+    assert "MISMATCH" in out and "FAILED" in out
+
+
+@pytest.mark.parametrize("argv, word", [(["--set", "dflash:nope=1"], "nope"),
+                                        (["--strategies", "eagle9"], "eagle9")])
+def test_selfcheck_bad_input_is_one_line(capsys, argv, word):
+    code, _, err = run_cli(capsys, "selfcheck", *argv)
+    assert code == 2
+    assert err.startswith("specviz: error:") and word in err and len(err.splitlines()) == 1
