@@ -4,7 +4,10 @@ Blocks from specviz.ui, launch.
     python app.py [--host 127.0.0.1] [--port 7860] [--model embedded] [--device auto]
 
 Without --host / --port, Gradio's own GRADIO_SERVER_NAME / GRADIO_SERVER_PORT apply (Docker and
-Space set-ups use them); without those, 127.0.0.1:7860 (0.0.0.0 on a Space).
+Space set-ups use them); without those, 127.0.0.1:7860 (0.0.0.0 on a Space). A Space sets the
+target and published drafters with variables instead of flags: SPECVIZ_MODEL (as --model),
+SPECVIZ_DEVICE (as --device) and SPECVIZ_SET (space-separated STRATEGY:KEY=VALUE items, as
+repeated --set), e.g. SPECVIZ_MODEL=Qwen/Qwen3-4B SPECVIZ_SET=dflash:path=z-lab/Qwen3-4B-DFlash-b16.
 """
 from __future__ import annotations
 
@@ -46,16 +49,20 @@ def main() -> None:
     ap.add_argument("--host", default=None, help="default: $GRADIO_SERVER_NAME, else 127.0.0.1")
     ap.add_argument("--port", type=int, default=None,
                     help="default: $GRADIO_SERVER_PORT, else 7860")
-    ap.add_argument("--model", default="embedded")
-    ap.add_argument("--device", default="auto")
+    ap.add_argument("--model", default=os.environ.get("SPECVIZ_MODEL", "embedded"))
+    ap.add_argument("--device", default=os.environ.get("SPECVIZ_DEVICE", "auto"))
+    ap.add_argument("--set", action="append", default=os.environ.get("SPECVIZ_SET", "").split(),
+                    metavar="STRATEGY:KEY=VALUE",
+                    help="a default strategy setting, e.g. eagle3:path=DIR_OR_HUB_ID (repeatable)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = ap.parse_args()
     ensure_embedded_model()
 
     from specviz.models.target import Target
-    from specviz import ui
+    from specviz import strategies, ui
 
     host, port = server_address(args.host, args.port, os.environ)
+    strategies.set_defaults(strategies.parse_sets(args.set))
     target = Target.load(args.model, device=args.device, threads=args.threads)
     ui.launch(ui.build(target, gpu_decorator()), host=host, port=port)
 

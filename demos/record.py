@@ -56,11 +56,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     sampled = {sid: float(t) for sid, t in (kv.split("=") for kv in args.sampled.split(",") if kv)}
-    overrides: dict[str, dict[str, str]] = {}
-    for item in args.set:
-        sid, kv = item.split(":", 1)
-        key, value = kv.split("=", 1)
-        overrides.setdefault(sid, {})[key] = value
+    overrides = strategies.parse_sets(args.set)
     torch.set_num_threads(1)
     target = Target.load("embedded", device=args.device)
     prompts = [json.loads(line) for line in open(HERE / "prompts.jsonl", encoding="utf-8")]

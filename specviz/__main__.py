@@ -232,8 +232,8 @@ def cmd_export(a: argparse.Namespace) -> None:
 def cmd_selfcheck(a: argparse.Namespace) -> int:
     from dataclasses import asdict
     from specviz import strategies
-    from specviz.selfcheck import parse_sets, selfcheck
-    sets = parse_sets(a.set)
+    from specviz.selfcheck import selfcheck
+    sets = strategies.parse_sets(a.set)
     for sid in a.strategies.split(",") if a.strategies else []:
         strategies.spec(sid.strip())
     GenSettings(max_new_tokens=a.max_new_tokens).check()

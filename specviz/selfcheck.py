@@ -35,19 +35,6 @@ class Line:
         return f"{head} {self.detail}"
 
 
-def parse_sets(items: list[str]) -> dict[str, dict[str, str]]:
-    """["STRATEGY:KEY=VALUE", ...] -> {strategy: {key: value}}, checked against the registry."""
-    out: dict[str, dict[str, str]] = {}
-    for item in items:
-        sid, sep, pair = item.partition(":")
-        if not sep:
-            raise ValueError(f"selfcheck --set takes STRATEGY:KEY=VALUE, got {item!r}")
-        strategies.spec(sid)
-        out.setdefault(sid, {}).update(strategies.parse_pairs([pair]))
-        strategies.parse_settings(sid, out[sid])
-    return out
-
-
 def selfcheck(target: Target, sets: dict[str, dict[str, str]] | None = None,
               max_new_tokens: int = 32, only: list[str] | None = None) -> list[Line]:
     """`ar`, then every registered strategy (or those in `only`) against it."""

@@ -147,10 +147,35 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
     return sid, overrides
 
 
+def parse_sets(items: list[str]) -> dict[str, dict[str, str]]:
+    """["STRATEGY:KEY=VALUE", ...] -> {strategy: {key: value}}, each checked."""
+    out: dict[str, dict[str, str]] = {}
+    for item in items:
+        sid, sep, pair = item.partition(":")
+        if not sep:
+            raise ValueError(f"a per-strategy setting takes STRATEGY:KEY=VALUE, got {item!r}")
+        out.setdefault(sid.strip(), {}).update(parse_pairs([pair]))
+        parse_settings(sid.strip(), out[sid.strip()])
+    return out
+
+
+# Site-wide defaults under every request's own overrides (app.py --set / $SPECVIZ_SET): e.g. a
+# Space serving Qwen3-4B points `dflash` at a published drafter folder with path=.
+DEFAULTS: dict[str, dict[str, str]] = {}
+
+
+def set_defaults(sets: dict[str, dict[str, str]]) -> None:
+    for sid, pairs in sets.items():
+        parse_settings(sid, pairs)
+    DEFAULTS.clear()
+    DEFAULTS.update(sets)
+
+
 def parse_settings(strategy_id: str, overrides: dict[str, Any] | None = None):
-    """The strategy's settings dataclass with overrides (strings are converted by field type)."""
+    """The strategy's settings dataclass: the site defaults, then the overrides (strings are
+    converted by field type)."""
     sp = spec(strategy_id)
-    overrides = overrides or {}
+    overrides = {**DEFAULTS.get(strategy_id, {}), **(overrides or {})}
     if sp.settings is None:
         if overrides:
             raise ValueError(f"strategy {strategy_id!r} has no settings")

@@ -2,7 +2,8 @@
 strategy-selection guide (the seed articles' decision trees, corrected).
 
 Boundary: target facts + the registry + assets/<id>[-*].md cards + τ from the shipped traces
--> Markdown, and the target's measured verify-cost curve -> a Plotly figure.
+-> Markdown, the target's measured verify-cost curve -> a Plotly figure, and the "Bring your own"
+section (bring_your_own.py).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import gradio as gr
 from specviz import strategies
 from specviz.engine.cost import forward_cost
 from specviz.events import TraceError, read_trace
+from specviz.ui import bring_your_own
 from specviz.viz.charts import verify_cost_figure
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,3 +108,4 @@ def build(target, unavailable: dict[str, str | None]) -> None:
             gr.Plot(verify_cost_figure(cost.widths, cost.seconds, str(target.device)),
                     elem_id="guide-cost")
             gr.Markdown(GUIDE, elem_id="guide-strategies")
+    gr.Markdown(bring_your_own.markdown(target, unavailable), elem_id="guide-byo")
