@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from specviz import events as ev
-from specviz import runner, serving_metrics, strategies
+from specviz import metrics, runner, serving_metrics, strategies
 from specviz.bench import Prompt, greedy_match
 from specviz.engine.batch import Incoming, serve
 from specviz.engine.decode import BadRequest, GenSettings, run
@@ -100,8 +100,7 @@ def ar_reference(target: Target, requests: list[Incoming]) -> dict[int, list[int
     for x in requests:
         key = (tuple(x.prompt_ids), x.settings.max_new_tokens)
         if key not in refs:
-            refs[key] = [t for e in run(target, x.prompt_ids, x.settings)
-                         if isinstance(e, ev.Accepted) for t in e.new_tokens]
+            refs[key] = metrics.token_ids(run(target, x.prompt_ids, x.settings))
         out[x.id] = refs[key]
     return out
 
