@@ -1,11 +1,13 @@
-"""`python -m specviz train`: build the shared training data, or train one drafter.
+"""`python -m specviz train`: write the response shards, build the shared features, or train
+one drafter.
 
 Boundary: argument parsing and wiring only. Each drafter family has a factory `(target, args) -> Trainable` in
 specviz/train/; TRAINERS maps drafter ids to them (module:function strings, so importing the CLI
 loads no drafter). Training writes checkpoints to artifacts/train/<id>/ and
 the final weights + model card to assets/.
 
-  python -m specviz train --build-data --n-seqs 800 [--stdlib-chunks 60]
+  python -m specviz train data --target-tokens 3000000 --threads 1 --batch 48 [--self-instruct N]
+  python -m specviz train --build-data [--max-seqs N] [--stdlib-chunks 60]
   python -m specviz train --drafter eagle3 --minutes 12 [--steps N] [--resume] [--init shipped]
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import torch
 
 from specviz.train import data as D
+from specviz.train import shards
 
 TRAINERS = {
     "draft": "specviz.train.draft:draft",
@@ -34,13 +37,11 @@ ALIASES = {"eagle2": "eagle1"}   # same weights
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specviz train",
                                 description="Build drafter training data or train a drafter.")
-    p.add_argument("--build-data", action="store_true", help="generate responses and features")
-    p.add_argument("--n-seqs", type=int, default=800, help="pool answers to generate")
+    p.add_argument("--build-data", action="store_true",
+                   help="build the feature file from the response shards (see `train data`)")
+    p.add_argument("--shards", default=str(shards.SHARD_DIR), help="response shard folder")
+    p.add_argument("--max-seqs", type=int, default=0, help="use the first N sequences (0 = all)")
     p.add_argument("--stdlib-chunks", type=int, default=0, help="raw stdlib source chunks")
-    p.add_argument("--self-instruct", type=int, default=0,
-                   help="instructions the target writes itself, answered like the pool's")
-    p.add_argument("--gen-batch", type=int, default=16)
-    p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--drafter", help=f"drafter id: {', '.join([*TRAINERS, *ALIASES])}")
     p.add_argument("--data", default=str(D.DATA_FILE))
     p.add_argument("--minutes", type=float, default=0.0, help="time budget (0 = none)")
@@ -64,7 +65,45 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def data_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m specviz train data",
+        description="Append response shards (the target's greedy answers) until they hold "
+                    "--target-tokens response tokens. Resumable: kill it at any time (the shard "
+                    "in progress is lost), run it again to go on.")
+    p.add_argument("--target-tokens", type=int, default=3_000_000)
+    p.add_argument("--out", default=str(shards.SHARD_DIR), help="shard folder")
+    p.add_argument("--batch", type=int, default=48, help="sequences per generate call")
+    p.add_argument("--shard-seqs", type=int, default=480, help="sequences per shard")
+    p.add_argument("--max-new-tokens", type=int, default=160)
+    p.add_argument("--self-instruct", type=int, default=0,
+                   help="first answer N instructions the target writes itself")
+    p.add_argument("--seed", type=int, default=0, help="instruction stream seed")
+    p.add_argument("--max-shards", type=int, default=0, help="stop after N new shards (0 = none)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    return p
+
+
+def main_data(argv: list[str]) -> int:
+    args = data_parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from specviz.models.target import Target
+    target = Target.load("embedded", device=args.device)
+    done = shards.extend(target, Path(args.out), args.target_tokens, batch=args.batch,
+                         max_new_tokens=args.max_new_tokens, shard_seqs=args.shard_seqs,
+                         seed=args.seed, self_instruct=args.self_instruct,
+                         max_shards=args.max_shards,
+                         log=lambda s: print(s, flush=True))
+    print(f"{args.out}: {done['shards']} shards, {done['sequences']} sequences, "
+          f"{done['response_tokens']} response tokens")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv and argv[0] == "data":
+        return main_data(argv[1:])
     args = parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -73,11 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     from specviz.models.target import Target
     target = Target.load("embedded", device=args.device)
     if args.build_data:
-        responses = D.generate_responses(target, args.n_seqs, Path(args.data).parent,
-                                         batch=args.gen_batch, max_new_tokens=args.max_new_tokens,
-                                         stdlib_chunks=args.stdlib_chunks, seed=args.seed,
-                                         self_instruct=args.self_instruct)
-        out = D.build_features(target, responses, Path(args.data))
+        rows = shards.read(Path(args.shards), target.fingerprint)
+        if not rows:
+            parser().error(f"no response shards in {args.shards}; write them with: "
+                           "python -m specviz train data")
+        rows = rows[:args.max_seqs or None] + D.stdlib_chunk_rows(target.tokenizer,
+                                                                  args.stdlib_chunks, args.seed)
+        out = D.build_features(target, rows, Path(args.data))
         print(f"wrote {out}")
     if args.drafter:
         from specviz.drafters import weights

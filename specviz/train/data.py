@@ -1,12 +1,13 @@
 """Training data for every drafter: target responses to the instruction pool, then ONE feature
 file shared by all drafters.
 
-Boundary: the target in, files out, and a loader. Stages (each resumable, under artifacts/train/):
-1. `responses.jsonl`: the target's greedy answers (chat template, batched `generate`) to the
-   pool of `pool.instruction_pool` and to instructions the target wrote itself
-   (`instructions.jsonl`, self-instruct from `pool.meta_prompts`), plus a few raw
-   standard-library source chunks;
-2. `data.safetensors`: per token the target features and soft labels:
+Boundary: the target in, files out, and a loader. Stages:
+1. responses: the target's greedy answers (chat template, batched `generate_batch`) to the
+   instruction stream of sources.py and to instructions the target wrote itself
+   (`self_instructions`, from `pool.meta_prompts`), kept as committed, append-only token shards
+   (shards.py, data/responses/); plus a few raw standard-library source chunks
+   (`stdlib_chunk_rows`, no generation);
+2. `artifacts/train/data.safetensors` (git-ignored, rebuilt from the shards): per token the target features and soft labels:
    - `tokens` int32 [N] (sequences concatenated), `seq_starts` int64 [S+1],
      `loss_mask` uint8 [N] (1 on response tokens), `split` uint8 [S] (1 = held out, ~5%);
    - `h{i}` float16 [N, d]: target hidden_states[i] for i in TAPS;
@@ -29,7 +30,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from specviz.train.pool import extract_instruction, instruction_pool, meta_prompts
+from specviz.train.pool import extract_instruction, meta_prompts
 
 TAPS = (2, 15, 27, 28, 30)   # EAGLE-3: 2,15,27; DFlash/DSpark: 2,15,28; EAGLE-1/MTP/P-EAGLE: 30
 TOPK = 64
@@ -47,43 +48,11 @@ def is_heldout(s: int) -> bool:
     return s % HELDOUT_EVERY == 7
 
 
-# --- stage 1: responses ---------------------------------------------------------------------
-def generate_responses(target, n_seqs: int, out_dir: Path = DATA_DIR, batch: int = 16,
-                       max_new_tokens: int = 160, stdlib_chunks: int = 0, seed: int = 0,
-                       self_instruct: int = 0) -> Path:
-    """Append target answers to out_dir/responses.jsonl until it holds answers to the first
-    n_seqs pool instructions and to `self_instruct` instructions the target wrote itself (plus
-    `stdlib_chunks` raw source chunks). Greedy, so the data match greedy drafting."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "responses.jsonl"
-    done = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-    have = {d["id"] for d in done}
-    instructions = instruction_pool(max(2400, n_seqs), seed)[:n_seqs]
-    if self_instruct:
-        instructions += self_instructions(target, self_instruct, out_dir, batch, seed)
-    todo = [p for p in instructions if p["id"] not in have]
-    with path.open("a") as f:
-        for i in tqdm(range(0, len(todo), batch), desc="responses", unit="batch"):
-            chunk = todo[i:i + batch]
-            prompts = [target.encode(p["prompt"]) for p in chunk]
-            for p, prompt_ids, resp in zip(chunk, prompts, _generate(target, prompts, max_new_tokens)):
-                f.write(json.dumps({"id": p["id"], "category": p["category"],
-                                    "prompt_ids": prompt_ids, "response_ids": resp}) + "\n")
-            f.flush()
-    raw = [d for d in done if d["category"] == "stdlib-source"]
-    if len(raw) < stdlib_chunks:
-        with path.open("a") as f:
-            for j, ids in enumerate(stdlib_source_chunks(target.tokenizer, stdlib_chunks, seed)[len(raw):]):
-                f.write(json.dumps({"id": f"src-{len(raw) + j:05d}", "category": "stdlib-source",
-                                    "prompt_ids": [], "response_ids": ids}) + "\n")
-    return path
-
-
-def self_instructions(target, n: int, out_dir: Path = DATA_DIR, batch: int = 16,
-                      seed: int = 0) -> list[dict]:
+# --- stage 1: responses (shards.py stores them) -----------------------------------------
+def self_instructions(target, n: int, path: Path, batch: int = 16, seed: int = 0) -> list[dict]:
     """n distinct instructions written by the target (sampled at T = 0.8, top-p 0.95, seeded per
-    batch) from `pool.meta_prompts`, taken in turn; cached in out_dir/instructions.jsonl."""
-    path = out_dir / "instructions.jsonl"
+    batch) from `pool.meta_prompts`, taken in turn; cached (append-only, resumable) in the
+    JSON-lines file `path` (shards.SELF_FILE, next to the shards that answer them)."""
     out = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
     seen = {d["prompt"] for d in out}
     metas = meta_prompts()
@@ -96,7 +65,7 @@ def self_instructions(target, n: int, out_dir: Path = DATA_DIR, batch: int = 16,
                                    f"instructions of {n} in {b} batches")
             picks = [metas[(b * batch + j) % len(metas)] for j in range(batch)]
             prompts = [target.encode(m) for _, m in picks]
-            rows = _generate(target, prompts, 48, sample_seed=seed * 1_000_003 + b)
+            rows = generate_batch(target, prompts, 48, sample_seed=seed * 1_000_003 + b)
             for (cat, _), row in zip(picks, rows):
                 text = extract_instruction(target.tokenizer.decode(row, skip_special_tokens=True))
                 if text and text not in seen and len(out) < n:
@@ -110,7 +79,7 @@ def self_instructions(target, n: int, out_dir: Path = DATA_DIR, batch: int = 16,
     return out[:n]
 
 
-def _generate(target, prompts: list[list[int]], max_new_tokens: int,
+def generate_batch(target, prompts: list[list[int]], max_new_tokens: int,
               sample_seed: int | None = None) -> list[list[int]]:
     """One left-padded batched `generate` (greedy, or sampled with a seed); each row cut after
     its first end-of-sequence token."""
@@ -134,22 +103,23 @@ def _generate(target, prompts: list[list[int]], max_new_tokens: int,
     return out
 
 
-def stdlib_source_chunks(tok, n: int, seed: int = 0, length: int = 192) -> list[list[int]]:
-    """n chunks of `length` tokens of raw standard-library source code."""
+def stdlib_chunk_rows(tok, n: int, seed: int = 0, length: int = 192) -> list[dict]:
+    """n training rows of `length` tokens of raw standard-library source code (no prompt)."""
     import difflib, json as js, textwrap, string, statistics, heapq  # noqa: E401 - stable sources
     rng = random.Random(seed)
     text = "\n".join(inspect.getsource(m) for m in (difflib, js.decoder, textwrap, string,
                                                      statistics, heapq))
     ids = tok.encode(text)
     starts = sorted(rng.sample(range(0, len(ids) - length), n)) if n else []
-    return [ids[s:s + length] for s in starts]
+    return [{"prompt_ids": [], "response_ids": ids[s:s + length], "category": "stdlib-source"}
+            for s in starts]
 
 
 # --- stage 2: features ----------------------------------------------------------------------
-def build_features(target, responses: Path, out: Path = DATA_FILE, max_seqs: int | None = None,
+def build_features(target, rows: list[dict], out: Path = DATA_FILE,
                    taps: tuple[int, ...] | None = None) -> Path:
-    """Run the target over every sequence and write the shared feature file (atomically)."""
-    rows = [json.loads(x) for x in responses.read_text().splitlines()][:max_seqs]
+    """Run the target over every sequence {prompt_ids, response_ids, category} (shards.read,
+    plus raw source chunks) and write the shared feature file (atomically)."""
     taps = taps or taps_for(target.n_layers)
     tokens, loss, starts, split = [], [], [0], []
     hs = {i: [] for i in taps}

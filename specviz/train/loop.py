@@ -244,7 +244,7 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 |---|---|
 | shipped parameters | {n_params:,} ({', '.join(f'{p.name} {p.stat().st_size / 2**20:.1f} MiB' for p in paths)}) |
 | target fingerprint | `{target.fingerprint}` |
-| training data | {meta['sequences']} sequences, {meta['tokens']} tokens ({meta['response_tokens']} response tokens) of target-generated answers to the offline instruction pool (`specviz/train/pool.py`){also}; {len(data.heldout_ids)} sequences held out |
+| training data | {meta['sequences']} sequences, {meta['tokens']} tokens ({meta['response_tokens']} response tokens) of target-generated answers to the offline instruction stream (`specviz/train/sources.py`){also}; {len(data.heldout_ids)} sequences held out |
 | start | {start} |
 | optimisation | AdamW lr {cfg.lr}, warmup {cfg.warmup}, cosine; batch {cfg.batch_size} x {cfg.seq_len} tokens; seed {cfg.seed} |
 | steps | {state['step']} ({state['tokens']:,} tokens seen) |
@@ -256,8 +256,9 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 
 {cfg.note}
 
-Reproduce: `python -m specviz train --build-data --n-seqs {int(meta['sequences']) - chunks - selfi} \
---stdlib-chunks {chunks}{f" --self-instruct {selfi}" if selfi else ""}` then
+Reproduce: with the response shards in data/responses/ (`python -m specviz train data` writes and
+extends them{f", --self-instruct {selfi}" if selfi else ""}), `python -m specviz train --build-data \
+--max-seqs {int(meta['sequences']) - chunks} --stdlib-chunks {chunks}` then
 `python -m specviz train --drafter {cfg.drafter_id} --minutes {cfg.minutes} --steps {cfg.steps} \\
 --batch-size {cfg.batch_size} --seq-len {cfg.seq_len} --lr {cfg.lr} --warmup {cfg.warmup}\
 {" --init shipped" if cfg.init == "shipped" else ""}`.

@@ -1,15 +1,10 @@
-"""The offline instruction pool: diverse prompts built from templates, seed topics and the
-installed Python standard library (no network, no dev prompts), and the meta-prompts with which
-the target writes further instructions itself (self-instruct, `data.self_instructions`).
+"""The instruction templates and topics that sources.py draws from, and the meta-prompts with
+which the target writes further instructions itself (self-instruct, `data.self_instructions`).
 
-Boundary: text only, no model. `instruction_pool(n, seed)` is deterministic for a given Python
-installation. Categories: chat, code, math, writing, QA over a passage, lists/JSON.
+Boundary: text only, no model, no dev or demo prompts.
 """
 from __future__ import annotations
 
-import importlib
-import inspect
-import random
 import re
 
 TOPICS = [
@@ -58,12 +53,6 @@ LISTS = [
     "Give me a YAML list of three questions about {t}.",
     "List the key terms someone should know about {t}, with one-line definitions.",
 ]
-CODE = [
-    "Write a Python function that {task}.", "Write a Python function that {task}. Include a "
-    "docstring.", "Implement {task_ing} in Python.", "Show a short Python example that {task}.",
-    "Write a JavaScript function that {task}.", "How would you write code that {task}?",
-    "Write a unit test for a Python function that {task}.",
-]
 CODE_TASKS = [
     "reverses a string", "checks whether a number is prime", "computes the factorial of n",
     "returns the n-th Fibonacci number", "counts the vowels in a string", "sorts a list of "
@@ -78,82 +67,6 @@ CODE_TASKS = [
     "returns the second largest number in a list", "converts a binary string to an integer",
     "generates a random password", "computes the length of the longest word in a sentence",
 ]
-MATH = [
-    "What is {a} + {b}?", "What is {a} times {b}?", "What is {a} minus {b}?",
-    "If I have {a} apples and give away {c}, how many are left?",
-    "A train travels {c} km per hour for {d} hours. How far does it go?",
-    "What is {c} percent of {a}?", "Solve for x: {c}x + {d} = {e}.",
-    "A rectangle is {c} cm wide and {d} cm long. What is its area and perimeter?",
-    "Tom has {c} boxes with {d} pencils each. How many pencils does he have?",
-    "What is the square of {c}?", "Is {a} an even or odd number? Explain.",
-    "Round {a}.{d} to the nearest whole number.", "What is {e} divided by {c}?",
-]
-QA = [
-    "Read the passage and answer: what does it describe?\n\n{p}",
-    "Summarize the following text in one sentence:\n\n{p}",
-    "{p}\n\nWhat is the main idea of this passage?", "Based on this text, list the key points:"
-    "\n\n{p}", "Explain this documentation in simple words:\n\n{p}",
-]
-STDLIB = ["string", "os.path", "json", "re", "collections", "itertools", "functools",
-          "math", "random", "statistics", "textwrap", "datetime", "pathlib", "heapq", "bisect",
-          "shutil", "csv", "fractions", "decimal", "copy", "enum", "operator", "difflib",
-          "calendar", "base64", "hashlib", "zipfile", "glob", "fnmatch", "struct", "uuid"]
-
-
-def stdlib_docs() -> list[tuple[str, str]]:
-    """(qualified name, docstring) for public functions and classes of a few stdlib modules."""
-    out = []
-    for name in STDLIB:
-        try:
-            mod = importlib.import_module(name)
-        except ImportError:
-            continue
-        for attr in sorted(dir(mod)):
-            obj = getattr(mod, attr, None)
-            if attr.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj)
-                                            or inspect.isbuiltin(obj)):
-                continue
-            doc = inspect.getdoc(obj) or ""
-            if 40 <= len(doc) and doc[0].isalpha():
-                out.append((f"{name}.{attr}", doc[:700]))
-    return out
-
-
-def instruction_pool(n: int = 2400, seed: int = 0) -> list[dict]:
-    """n distinct instructions {id, category, prompt}, a deterministic mix of categories."""
-    rng = random.Random(seed)
-    docs = stdlib_docs()
-    makers = {
-        "chat": lambda: rng.choice(CHAT),
-        "writing": lambda: rng.choice(WRITING),
-        "lists": lambda: rng.choice(LISTS),
-        "code": lambda: rng.choice(CODE),
-        "math": lambda: rng.choice(MATH),
-        "qa": lambda: rng.choice(QA),
-        "stdlib": lambda: rng.choice([
-            "Write a Python function that uses `{f}`, and explain what it does.",
-            "What does `{f}` do in Python? Give an example.",
-            "Show how to use `{f}` with a short code example.",
-            "Explain the difference between `{f}` and `{g}`."]),
-    }
-    weights = {"chat": 4, "writing": 2, "lists": 2, "code": 3, "math": 2, "qa": 2, "stdlib": 2}
-    cats = [c for c, w in weights.items() for _ in range(w)]
-    seen: set[str] = set()
-    out: list[dict] = []
-    while len(out) < n:
-        cat = rng.choice(cats)
-        t, u = rng.sample(TOPICS, 2)
-        task = rng.choice(CODE_TASKS)
-        (f, doc), (g, _) = rng.sample(docs, 2)
-        nums = dict(a=rng.randint(10, 999), b=rng.randint(10, 999), c=rng.randint(2, 40),
-                    d=rng.randint(2, 20), e=rng.randint(50, 400))
-        text = makers[cat]().format(t=t, u=u, task=task, task_ing="a function that " + task,
-                                    f=f, g=g, p=doc, **nums)
-        if text in seen:
-            continue
-        seen.add(text)
-        out.append({"id": f"pool-{len(out):05d}", "category": cat, "prompt": text})
-    return out
 
 
 # Self-instruct: the target, sampling, writes one instruction per meta-prompt call. No topics are
