@@ -93,6 +93,15 @@ def layer_shape(folder: Folder, target, d_in: int = 0, input_norm: bool = True, 
     cfg = folder.config
     d = cfg.get("hidden_size")
     folder.match("hidden size", d, target.hidden)
+    if cfg.get("attention_bias") or cfg.get("mlp_bias"):
+        raise folder.fail("attention / MLP biases are not supported")
+    if any(t != "full_attention" for t in cfg.get("layer_types") or []) and \
+            len(cfg.get("layer_types") or []) <= (cfg.get("num_hidden_layers") or 1):
+        raise folder.fail(f"its layer_types {cfg['layer_types']} include sliding-window layers, "
+                          "which are not supported")
+    if (cfg.get("rope_scaling") or {}).get("rope_type", "default") not in ("default", None):
+        raise folder.fail(f"rope_scaling {cfg['rope_scaling'].get('rope_type')} is not supported "
+                          "(plain RoPE only)")
     qk = f"{prefix}.self_attn.q_norm.weight" in folder.tensors
     kw = attention(cfg, d)
     if not kw["ffn"]:
