@@ -24,9 +24,10 @@ def test_stream_has_20k_distinct_instructions_in_a_stable_order():
 
 def test_stream_never_uses_the_dev_or_demo_prompts():
     texts = set()
-    for path in (ROOT.parent / "shared" / "prompts" / "dev.jsonl", ROOT / "demos" / "prompts.jsonl"):
+    for path in (ROOT.parent / "shared/prompts/dev.jsonl", ROOT / "demos/prompts.jsonl"):
         if path.exists():
-            texts |= {json.loads(x).get("prompt") for x in path.read_text().splitlines() if x.strip()}
+            texts |= {json.loads(x).get("prompt") for x in path.read_text().splitlines()
+                      if x.strip()}
     assert texts, "no dev or demo prompts found to compare with"
     assert not texts & {x["prompt"] for x in sources.take(20_000)}
 

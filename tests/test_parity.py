@@ -161,7 +161,8 @@ def test_mtp(tiny_target, prompt):
 def test_dflash(tiny_target, prompt, size):
     t, L = tiny_target, len(prompt) - 1
     torch.manual_seed(1)
-    bb = init.block_backbone(BlockBackbone(LayerShape.of(t), vocab_with(prompt), t.vocab, 2, TAPS), t)
+    bb = BlockBackbone(LayerShape.of(t), vocab_with(prompt), t.vocab, 2, TAPS)
+    init.block_backbone(bb, t)
     perturb(bb, 6, std=0.1)
     trainable = BlockTrainable(t, bb, size, off=1, gamma_w=4.0)
     toks, rows = engine_rows(t, DFlashDrafter(t, bb, size), prompt)
@@ -191,7 +192,8 @@ def test_dflash_ignores_context_at_and_after_the_anchor(tiny_target, prompt):
 def test_dspark(tiny_target, prompt):
     t, L, size = tiny_target, len(prompt) - 1, 6
     torch.manual_seed(1)
-    m = DSparkModel(LayerShape.of(t), vocab_with(prompt), t.vocab, block=size, n_layers=2, taps=TAPS)
+    m = DSparkModel(LayerShape.of(t), vocab_with(prompt), t.vocab, block=size, n_layers=2,
+                    taps=TAPS)
     init.block_backbone(m.backbone, t)
     perturb(m, 7, std=0.1)
     trainable = BlockTrainable(t, m.backbone, size, off=0, gamma_w=7.0, dspark=m)

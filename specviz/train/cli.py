@@ -1,10 +1,10 @@
 """`python -m specviz train`: write the response shards, build the shared features, or train
 one drafter.
 
-Boundary: argument parsing and wiring only. Each drafter family has a factory `(target, args) -> Trainable` in
-specviz/train/; TRAINERS maps drafter ids to them (module:function strings, so importing the CLI
-loads no drafter). Training writes checkpoints to artifacts/train/<id>/ and
-the final weights + model card to assets/.
+Boundary: argument parsing and wiring only. Each drafter family has a factory
+`(target, args) -> Trainable` in specviz/train/; TRAINERS maps drafter ids to them
+(module:function strings, so importing the CLI loads no drafter). Training writes checkpoints to
+artifacts/train/<id>/ and the final weights + model card to assets/.
 
   python -m specviz train data --target-tokens 3000000 --threads 1 --batch 48 [--self-instruct N]
   python -m specviz train --build-data [--max-seqs N] [--stdlib-chunks 60]

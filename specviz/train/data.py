@@ -7,7 +7,8 @@ Boundary: the target in, files out, and a loader. Stages:
    (`self_instructions`, from `pool.meta_prompts`), kept as committed, append-only token shards
    (shards.py, data/responses/); plus a few raw standard-library source chunks
    (`stdlib_chunk_rows`, no generation);
-2. `artifacts/train/data.safetensors` (git-ignored, rebuilt from the shards): per token the target features and soft labels:
+2. `artifacts/train/data.safetensors` (git-ignored, rebuilt from the shards): per token the
+   target features and soft labels:
    - `tokens` int32 [N] (sequences concatenated), `seq_starts` int64 [S+1],
      `loss_mask` uint8 [N] (1 on response tokens), `split` uint8 [S] (1 = held out, ~5%);
    - `h{i}` float16 [N, d]: target hidden_states[i] for i in TAPS;

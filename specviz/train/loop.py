@@ -257,7 +257,7 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 {cfg.note}
 
 Reproduce: with the response shards in data/responses/ (`python -m specviz train data` writes and
-extends them{f", --self-instruct {selfi}" if selfi else ""}), `python -m specviz train --build-data \
+extends them{f", --self-instruct {selfi}" if selfi else ""}), `python -m specviz train --build-data \\
 --max-seqs {int(meta['sequences']) - chunks} --stdlib-chunks {chunks}` then
 `python -m specviz train --drafter {cfg.drafter_id} --minutes {cfg.minutes} --steps {cfg.steps} \\
 --batch-size {cfg.batch_size} --seq-len {cfg.seq_len} --lr {cfg.lr} --warmup {cfg.warmup}\

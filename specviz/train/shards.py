@@ -122,7 +122,8 @@ def extend(target, folder: Path = SHARD_DIR, target_tokens: int = 3_000_000, bat
     number = max((int(p.stem.split("-")[1]) for p in shard_paths(folder)), default=0) + 1
     if self_instruct > nxt["self"]:
         folder.mkdir(parents=True, exist_ok=True)
-        self_instructions(target, self_instruct, folder / SELF_FILE, batch=min(batch, 16), seed=seed)
+        self_instructions(target, self_instruct, folder / SELF_FILE, batch=min(batch, 16),
+                          seed=seed)
     stop = number + max_shards if max_shards else None
     while total < target_tokens and number != stop:
         stream = "self" if nxt["self"] < self_instruct else "pool"

@@ -139,9 +139,9 @@ def module_docs(modname: str, mod) -> list[tuple[str, str | None]]:
                                         or inspect.isbuiltin(obj)):
             continue
         out.append((f"{modname}.{attr}", inspect.getdoc(obj)))
-        if inspect.isclass(obj) and getattr(obj, "__module__", "").startswith(modname.split(".")[0]):
-            out += [(f"{modname}.{attr}.{m}", inspect.getdoc(f)) for m, f in sorted(vars(obj).items())
-                    if not m.startswith("_") and callable(f)]
+        if inspect.isclass(obj) and obj.__module__.startswith(modname.split(".")[0]):
+            out += [(f"{modname}.{attr}.{m}", inspect.getdoc(f))
+                    for m, f in sorted(vars(obj).items()) if not m.startswith("_") and callable(f)]
     return out
 
 
