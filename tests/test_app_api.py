@@ -79,3 +79,16 @@ def test_downloads_keep_names_and_stay_bounded(monkeypatch):
     assert all(p.name == "specviz-trace.jsonl" for p in paths)
     assert [p.exists() for p in paths] == [False, False, True, True, True]
     assert [p.read_text() for p in paths[2:]] == ["2", "3", "4"]
+
+
+def test_concurrent_speculate_callers_share_the_batch(client):
+    """Batchable requests from concurrent callers ride in one batched engine; each caller gets
+    exactly its own single-request text."""
+    prompts = ["Name two colors.", "Say hello in French.", "What is 3 + 4?"]
+    jobs = [client.submit(p, "ar", 12, 0.0, 0, api_name="/speculate") for p in prompts]
+    together = [job.result() for job in jobs]
+    for (text, m), p in zip(together, prompts):
+        assert m["batched"] is True and CONTRACT <= set(m)
+        assert m["mean_accepted_length"] == 1.0 and 1 <= m["new_tokens"] <= 12
+        alone_text, _ = client.predict(p, "ar", 12, 0.0, 0, api_name="/speculate")
+        assert text == alone_text

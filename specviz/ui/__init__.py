@@ -11,10 +11,12 @@ from pathlib import Path
 import gradio as gr
 
 from specviz import strategies
-from specviz.ui import api, compare, guide, learn, playground, replay, session
+from specviz.batcher import Batcher
+from specviz.ui import api, compare, guide, learn, playground, replay, serving
 
 CSS = Path(__file__).resolve().parents[2] / "assets" / "app.css"
 THEME = gr.themes.Soft(primary_hue="indigo", secondary_hue="green")
+API_CONCURRENCY = 16     # API calls at once (a classroom's worth share the batch)
 
 
 def build(target, gpu=lambda f: f) -> gr.Blocks:
@@ -31,17 +33,21 @@ def build(target, gpu=lambda f: f) -> gr.Blocks:
                 playground.build(target, unavailable, gpu)
             with gr.Tab("Compare", id="compare"):
                 compare.build(target, unavailable, gpu)
+            with gr.Tab("Serving", id="serving"):
+                serving.build(target, unavailable, gpu)
             with gr.Tab("Learn", id="learn"):
                 learn.build()
             with gr.Tab("Replay", id="replay"):
                 replay.build()
             with gr.Tab("Models & guide", id="guide"):
                 guide.build(target, unavailable)
-        speculate, speculate_stream = api.make(target, gpu)
-        gr.api(speculate, api_name="speculate", concurrency_id="engine",
-               concurrency_limit=session.ENGINE_CONCURRENCY)
-        gr.api(speculate_stream, api_name="speculate_stream", concurrency_id="engine",
-               concurrency_limit=session.ENGINE_CONCURRENCY)
+        # API callers queue on their own: batchable requests share one batched engine, the
+        # others take one of session.SINGLE_RUNS
+        speculate, speculate_stream = api.make(target, Batcher(target), gpu)
+        gr.api(speculate, api_name="speculate", concurrency_id="api",
+               concurrency_limit=API_CONCURRENCY)
+        gr.api(speculate_stream, api_name="speculate_stream", concurrency_id="api",
+               concurrency_limit=API_CONCURRENCY)
     return demo
 
 

@@ -2,7 +2,10 @@
 streaming twin `/speculate_stream`.
 
 Boundary: (prompt, strategy, max_new_tokens, temperature, seed) -> (final text, contract
-metrics). Errors are raised as gr.Error, which the client receives as a clear message.
+metrics). A chain strategy at its default settings joins the app's shared batch (batcher.py),
+so concurrent callers share one batched target forward per step; any other strategy runs on its
+own (at most session.SINGLE_RUNS at once). Errors are raised as gr.Error, which the client
+receives as a clear message.
 """
 from __future__ import annotations
 
@@ -11,13 +14,33 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from specviz import metrics
+from specviz import metrics, serving_metrics
+from specviz.batcher import Batcher
 from specviz.events import RunFinished
 from specviz.ui import session
 
 
-def make(target, gpu=lambda f: f):
-    """The endpoint functions, bound to the loaded target."""
+def make(target, batcher: Batcher, gpu=lambda f: f):
+    """The endpoint functions, bound to the loaded target and the shared batch."""
+
+    def updates(prompt: str, strategy: str, max_new_tokens: int, temperature: float, seed: int,
+                every_s: float) -> Iterator[tuple[str, dict[str, Any]]]:
+        req = session.prepare(target, prompt=prompt, strategy=strategy,
+                              max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+        cancel = threading.Event()
+        if batcher.batchable(req.strategy):
+            for events, wall_s in session.stream_batched(batcher, req, cancel, every_s):
+                yield (target.decode(serving_metrics.request_tokens(events)),
+                       serving_metrics.request_metrics(events, wall_s))
+            return
+        with session.SINGLE_RUNS:
+            for events in session.stream(target, req, cancel, every_s):
+                fin = events[-1]
+                m = (metrics.from_finished(fin) if isinstance(fin, RunFinished) else
+                     {k: v for k, v in metrics.summarize(events).items()
+                      if k in metrics.CONTRACT_KEYS})
+                yield target.decode(metrics.token_ids(events)), m
+
     @gpu
     def speculate(prompt: str, strategy: str = "ngram", max_new_tokens: int = 64,
                   temperature: float = 0.0, seed: int = 0) -> tuple[str, dict[str, Any]]:
@@ -32,20 +55,15 @@ def make(target, gpu=lambda f: f):
         Returns:
             the generated text, and the metrics: new_tokens, wall_s, tokens_per_s,
             target_forwards, mean_accepted_length, acceptance_by_position, draft_s, verify_s
-            (plus other_s and stop_reason).
+            (plus stop_reason; `batched: true` when the request shared the app's batch).
         """
         try:
-            req = session.prepare(target, prompt=prompt, strategy=strategy,
-                                  max_new_tokens=max_new_tokens, temperature=temperature,
-                                  seed=seed)
-            events = []
-            for events in session.stream(target, req, threading.Event(), every_s=3600):
+            out = ("", {})
+            for out in updates(prompt, strategy, max_new_tokens, temperature, seed, 3600):
                 pass
         except session.UserError as exc:
             raise gr.Error(str(exc)) from None
-        fin = events[-1]
-        assert isinstance(fin, RunFinished)
-        return fin.text, metrics.from_finished(fin)
+        return out
 
     @gpu
     def speculate_stream(prompt: str, strategy: str = "ngram", max_new_tokens: int = 64,
@@ -61,12 +79,7 @@ def make(target, gpu=lambda f: f):
             seed: the sampling seed.
         """
         try:
-            req = session.prepare(target, prompt=prompt, strategy=strategy,
-                                  max_new_tokens=max_new_tokens, temperature=temperature,
-                                  seed=seed)
-            for events in session.stream(target, req, threading.Event()):
-                m = metrics.summarize(events)
-                yield target.decode(metrics.token_ids(events)), {k: m[k] for k in metrics.CONTRACT_KEYS}
+            yield from updates(prompt, strategy, max_new_tokens, temperature, seed, 0.25)
         except session.UserError as exc:
             raise gr.Error(str(exc)) from None
 

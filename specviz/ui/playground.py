@@ -69,6 +69,8 @@ SETTING_HELP = {
                  "expected tokens x verify steps/s at the measured cost) or threshold",
     "markov": "Markov head on (true) or the backbone alone (false, an ablation)",
     "window": "context positions the drafter attends to (0 = all)",
+    "path": "a drafter folder or hub id in a published layout (EAGLE-3, EAGLE-1, DFlash, "
+            "DSpark) instead of the shipped weights; empty = shipped",
     "max_draft": "tokens per matched continuation (at most: weak matches draft fewer)",
     "branches": "distinct continuations merged into the tree (greedy decoding verifies only "
                 "the nodes worth their measured verify time)",
@@ -83,7 +85,7 @@ SETTING_HELP = {
 
 
 def settings_rows(strategy: str) -> list[list[str]]:
-    """[setting, default value, meaning] rows of the strategy's settings (none for ar, eagle1)."""
+    """[setting, default value, meaning] rows of the strategy's settings (none for ar)."""
     s = strategies.parse_settings(strategy) if strategy in strategies.REGISTRY else None
     return [[k, str(v).lower() if isinstance(v, bool) else str(v), SETTING_HELP.get(k, "")]
             for k, v in strategies.settings_dict(s).items()]

@@ -1,8 +1,9 @@
 """Engine glue for the UI: build a request from form values, run it off the event loop, race lanes.
 
-Boundary: form values -> a checked `runner.RunSpec`; engine runs (runner.events) in a worker thread that
-pushes events to a queue, so rendering never slows the engine's clock; user-facing errors become
-one-line `UserError`s. No Gradio components here.
+Boundary: form values -> a checked `runner.RunSpec`; engine runs (runner.events) in a worker
+thread that pushes events to a queue, so rendering never slows the engine's clock, or in the
+app's shared batch (batcher.py), whose worker pushes each request's events to its ticket;
+user-facing errors become one-line `UserError`s. No Gradio components here.
 """
 from __future__ import annotations
 
@@ -15,12 +16,16 @@ from typing import Any, Iterator
 import torch
 
 from specviz import metrics, runner, strategies
+from specviz.batcher import Batcher
 from specviz.drafters.base import DrafterUnavailable
 from specviz.engine.decode import BadRequest, GenSettings
-from specviz.events import Event, KVUpdated, RunFinished
+from specviz.events import Event, KVUpdated, RequestStepped, RunFinished
 from specviz.runner import RunSpec
 
 ENGINE_CONCURRENCY = 2   # engine runs at once per process (Gradio concurrency_id "engine")
+# single-request runs of API callers, who have their own Gradio queue (concurrency_id "api", as
+# batched requests share one engine): at most as many as the engine's own
+SINGLE_RUNS = threading.BoundedSemaphore(ENGINE_CONCURRENCY)
 
 
 class UserError(Exception):
@@ -96,6 +101,39 @@ def stream(target, req: RunSpec, cancel: threading.Event,
                 yield list(events)
     finally:
         cancel.set()
+
+
+def stream_batched(batcher: Batcher, req: RunSpec, cancel: threading.Event,
+                   every_s: float = 0.25) -> Iterator[tuple[list[Event], float]]:
+    """A batchable request through the shared batch: yield (its events so far, seconds since it
+    was submitted) after its first step, then at most every `every_s` seconds, and once at the
+    end. Setting `cancel` (or closing the iterator) takes it out of the batch."""
+    try:
+        ticket = batcher.submit(req.strategy, req.prompt_ids, req.gen)
+    except (BadRequest, ValueError) as exc:
+        raise UserError(str(exc)) from None
+    events: list[Event] = []
+    last = 0.0
+    try:
+        while True:
+            try:
+                item = ticket.events.get(timeout=0.1)
+            except queue.Empty:
+                if cancel.is_set():
+                    batcher.cancel(ticket)
+                continue
+            if item is None:
+                yield events, time.perf_counter() - ticket.submitted
+                return
+            if isinstance(item, BaseException):
+                raise _friendly(item)
+            events.append(item)
+            now = time.perf_counter()
+            if isinstance(item, RequestStepped) and (last == 0.0 or now - last >= every_s):
+                last = now
+                yield list(events), now - ticket.submitted
+    finally:
+        batcher.cancel(ticket)
 
 
 def race(target, reqs: list[RunSpec], cancel: threading.Event) -> Iterator[dict[str, list[Event]]]:

@@ -1,0 +1,149 @@
+"""The app's shared batched engine: concurrent requests with batchable settings share one
+BatchEngine per strategy, stepped by one worker thread (continuous batching across users).
+
+Boundary: `submit` -> a Ticket with its own event queue; `cancel` takes it out between steps.
+The worker admits new requests between steps, steps every engine that has members, and routes
+to each ticket its own events (RequestJoined, RequestStepped, RequestFinished) and the batch's
+BatchScheduled / BatchVerified of the steps it took part in; a ticket's queue ends with None.
+Batchable: a chain strategy of `serve.FULL_CHAIN` with its default settings; the verify lengths
+are DSpark's Algorithm 1 on the target's SPS curve (measured once, then cached). The engine
+work is engine/batch.py; no UI imports here.
+"""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+from specviz import events as ev
+from specviz.engine.batch import BatchEngine
+from specviz.engine.decode import GenSettings, check_prompt
+from specviz.engine.scheduler import parse_policy
+from specviz.engine.sps import SpsCurve, profile
+from specviz.models.target import Target
+from specviz.serve import FULL_CHAIN, batch_drafter
+
+POLICY = "dspark"
+
+
+@dataclass
+class Ticket:
+    """One request in the shared batch: its id and its events as they happen (then None)."""
+    id: int
+    strategy: str
+    events: queue.Queue = field(default_factory=queue.Queue)
+    submitted: float = field(default_factory=time.perf_counter)
+
+
+class Batcher:
+    def __init__(self, target: Target, policy: str = POLICY, sps: SpsCurve | None = None):
+        """sps: the target's SPS curve (default: sps.profile, on the first batched request)."""
+        self.target, self.policy = target, parse_policy(policy)
+        self._cv = threading.Condition()
+        self._engines: dict[str, BatchEngine] = {}
+        self._joins: list[tuple[Ticket, list[int], GenSettings]] = []
+        self._cancels: set[int] = set()
+        self._tickets: dict[int, Ticket] = {}
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._sps = sps
+
+    @staticmethod
+    def batchable(strategy: str, settings: dict | None = None) -> bool:
+        """A chain strategy the batched engine serves, asked for with no settings of its own."""
+        return strategy in FULL_CHAIN and not settings
+
+    def submit(self, strategy: str, prompt_ids: list[int], gen: GenSettings) -> Ticket:
+        """Queue a request for the next step boundary (BadRequest / ValueError at once for a
+        request the engine would refuse)."""
+        if not self.batchable(strategy):
+            raise ValueError(f"{strategy!r} is not served by the shared batch")
+        gen.check()
+        check_prompt(self.target, prompt_ids, gen)
+        ticket = Ticket(next(self._ids), strategy)
+        with self._cv:
+            self._joins.append((ticket, list(prompt_ids), gen))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name="specviz-batcher")
+                self._thread.start()
+            self._cv.notify()
+        return ticket
+
+    def cancel(self, ticket: Ticket) -> None:
+        with self._cv:
+            self._cancels.add(ticket.id)
+            self._cv.notify()
+
+    # --- the worker ---------------------------------------------------------------------------
+    def _busy(self) -> bool:
+        return bool(self._joins or self._cancels
+                    or any(e.members for e in self._engines.values()))
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._busy():
+                    self._cv.wait()
+                joins, self._joins = self._joins, []
+                cancels, self._cancels = self._cancels, set()
+            for ticket, ids, gen in joins:
+                self._join(ticket, ids, gen)
+            for rid in cancels:
+                for engine in self._engines.values():
+                    fin = engine.cancel(rid)
+                    if fin is not None:
+                        self._route([fin])
+            for strategy, engine in list(self._engines.items()):
+                if engine.members:
+                    self._step(strategy, engine)
+
+    def _join(self, ticket: Ticket, ids: list[int], gen: GenSettings) -> None:
+        try:
+            engine = self._engines.get(ticket.strategy)
+            if engine is None:
+                if self._sps is None:
+                    self._sps = profile(self.target)
+                drafter, _, _ = batch_drafter(self.target, ticket.strategy)
+                engine = BatchEngine(self.target, drafter, self.policy, self._sps)
+                self._engines[ticket.strategy] = engine
+            self._tickets[ticket.id] = ticket
+            ticket.events.put(engine.join(ticket.id, ids, gen))
+        except Exception as exc:  # noqa: BLE001 - the caller sees it as its request's error
+            self._tickets.pop(ticket.id, None)
+            ticket.events.put(exc)
+            self._end(ticket)
+
+    def _step(self, strategy: str, engine: BatchEngine) -> None:
+        members = [m.id for m in engine.members]
+        try:
+            self._route(engine.step())
+        except Exception as exc:  # noqa: BLE001 - every request of this batch fails with it
+            del self._engines[strategy]  # its cache may be half-updated: start a fresh one
+            for rid in members:
+                ticket = self._tickets.pop(rid, None)
+                if ticket is not None:
+                    ticket.events.put(exc)
+                    self._end(ticket)
+
+    def _route(self, events: list[ev.Event]) -> None:
+        step_members: list[int] = []
+        for e in events:
+            if isinstance(e, ev.BatchScheduled):
+                step_members = list(e.requests)
+                targets = step_members
+            elif isinstance(e, ev.BatchVerified):
+                targets = step_members
+            else:
+                targets = [e.request]
+            for rid in targets:
+                if rid in self._tickets:
+                    self._tickets[rid].events.put(e)
+            if isinstance(e, ev.RequestFinished) and e.request in self._tickets:
+                self._end(self._tickets.pop(e.request))
+
+    @staticmethod
+    def _end(ticket: Ticket) -> None:
+        ticket.events.put(None)
