@@ -57,5 +57,10 @@ def test_shards_append_resume_and_read_back(tiny_target, tmp_path):
     assert all(1 <= len(r["response_ids"]) <= 6 for r in rows)
     total = sum(len(r["response_ids"]) for r in rows)
     assert shards.extend(t, out, target_tokens=total, **kw)["shards"] == 2  # target reached
-    with pytest.raises(ValueError, match="another target or seed"):
-        shards.extend(t, out, target_tokens=10**6, seed=1, **kw)
+    with pytest.raises(ValueError, match="another target"):
+        shards.read(out, fingerprint="another")
+    shards.extend(t, out, target_tokens=10**6, seed=1, max_shards=1, **kw)   # another stream
+    m = shards.meta(shards.shard_paths(out)[2])
+    assert (m["stream"], m["first"], m["seed"]) == ("pool", 0, 1)
+    again = shards.read(out)
+    assert len({tuple(r["prompt_ids"]) for r in again}) == len(again) >= 8

@@ -49,9 +49,10 @@ def meta(path: Path) -> dict:
 
 
 def read(folder: Path = SHARD_DIR, fingerprint: str | None = None) -> list[dict]:
-    """Every sequence of every shard, in shard order: {prompt_ids, response_ids, category,
-    stream, index}. With `fingerprint`, shards written for another target are an error."""
-    out = []
+    """Every sequence of every shard, in shard order, less repeated prompts (streams of other
+    seeds or versions may overlap): {prompt_ids, response_ids, category, stream, index}. With
+    `fingerprint`, shards written for another target are an error."""
+    out, seen = [], set()
     for path in shard_paths(folder):
         m, t = meta(path), load_file(str(path))
         if fingerprint is not None and m["fingerprint"] != fingerprint:
@@ -59,6 +60,9 @@ def read(folder: Path = SHARD_DIR, fingerprint: str | None = None) -> list[dict]
         tokens, off, plen = t["tokens"].astype(np.int64), t["offsets"], t["prompt_len"]
         for s in range(len(plen)):
             seq = tokens[off[s]:off[s + 1]].tolist()
+            if tuple(seq[:plen[s]]) in seen:
+                continue
+            seen.add(tuple(seq[:plen[s]]))
             out.append({"prompt_ids": seq[:plen[s]], "response_ids": seq[plen[s]:],
                         "category": m["sources"][t["source"][s]], "stream": m["stream"],
                         "index": int(t["index"][s])})
@@ -102,22 +106,22 @@ def extend(target, folder: Path = SHARD_DIR, target_tokens: int = 3_000_000, bat
            max_new_tokens: int = 160, shard_seqs: int = 480, seed: int = 0,
            self_instruct: int = 0, max_shards: int = 0, log=print) -> dict:
     """Append shards until they hold `target_tokens` response tokens (or `max_shards` more were
-    written, when > 0): first answers to
-    `self_instruct` instructions the target writes itself (data.self_instructions, cached in
-    folder/SELF_FILE), then to the pool stream. Resumes after the last shard of each stream.
-    Returns {shards, sequences, response_tokens}."""
+    written, when > 0): first answers to `self_instruct` instructions the target writes itself
+    (data.self_instructions, cached in folder/SELF_FILE), then to sources.stream(seed). Resumes
+    after the last shard of each stream; pool shards of another seed or stream version are other
+    streams (kept, counted, never extended here; `read` drops repeated prompts).
+    Returns {shards, sequences (of the streams extended here), response_tokens}."""
     from specviz.train.data import generate_batch, self_instructions
     folder = Path(folder)
     done = [meta(p) for p in shard_paths(folder)]
     for m in done:
-        if m["fingerprint"] != target.fingerprint or m["seed"] != seed:
-            raise ValueError(f"{folder} holds shards of another target or seed "
-                             f"({m['target']}, seed {m['seed']}); use another folder")
-        if m["stream"] == "pool" and m["stream_version"] != sources.VERSION:
-            raise ValueError(f"{folder} holds pool shards of stream version "
-                             f"{m['stream_version']}, this code writes {sources.VERSION}")
-    nxt = {s: max((m["first"] + m["count"] for m in done if m["stream"] == s), default=0)
-           for s in ("pool", "self")}
+        if m["fingerprint"] != target.fingerprint:
+            raise ValueError(f"{folder} holds shards of another target ({m['target']}); "
+                             "use another folder")
+    mine = {"self": [m for m in done if m["stream"] == "self"],
+            "pool": [m for m in done if m["stream"] == "pool" and m["seed"] == seed
+                     and m["stream_version"] == sources.VERSION]}
+    nxt = {s: max((m["first"] + m["count"] for m in ms), default=0) for s, ms in mine.items()}
     total = sum(m["response_tokens"] for m in done)
     number = max((int(p.stem.split("-")[1]) for p in shard_paths(folder)), default=0) + 1
     if self_instruct > nxt["self"]:
