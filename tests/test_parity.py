@@ -17,12 +17,13 @@ import torch
 from specviz.drafters.dflash import BlockBackbone, DFlashDrafter
 from specviz.drafters.draft import DraftLMDrafter, DraftModel, DraftSettings
 from specviz.drafters.dspark import DSparkDrafter, DSparkModel, DSparkSettings
-from specviz.drafters.eagle import Eagle1Head
+from specviz.drafters.eagle import Eagle1Head, Eagle2Settings, EagleDrafter
 from specviz.drafters.eagle3 import Eagle3Drafter, Eagle3Head, Eagle3Settings
 from specviz.drafters.layers import LayerShape
 from specviz.drafters.mtp import MtpDrafter, MtpModule
 from specviz.drafters.peagle import PEagleDrafter, PEagleHead, PEagleSettings
 from specviz.engine.sampling import SamplingParams
+from specviz.models.masks import depths
 from specviz.train import init
 from specviz.train.blocks import BlockTrainable, block_hidden
 from specviz.train.distill import head_logits
@@ -107,6 +108,36 @@ def test_feature_head_chain(tiny_target, prompt, name):
         steps = unroll(trainable.module, batch, gamma)
     # chain i = L - 1 (f_{L-1} with the root) at step j predicts token L + 1 + j
     assert_same(torch.stack([lg[0, L - 1] for _, lg in steps]), head.vocab_ids, rows, "fp32")
+
+
+@pytest.mark.parametrize("name", ["eagle2", "eagle3"])
+def test_feature_head_tree(tiny_target, prompt, name):
+    """Every node of an EAGLE-2 dynamic tree (tree attention mask, depth positions) has the
+    probability the training unroll, teacher-forced along the node's path, gives its token."""
+    t, L = tiny_target, len(prompt) - 1
+    torch.manual_seed(1)
+    if name == "eagle2":
+        head = Eagle1Head(t, vocab_with(prompt))
+        drafter = EagleDrafter(head, Eagle2Settings(top_k=3, depth=3, total_tokens=22,
+                                                    auto_budget=False))
+    else:
+        head = Eagle3Head(t, vocab_with(prompt))
+        drafter = Eagle3Drafter(head, Eagle3Settings(top_k=3, depth=3, total_tokens=22,
+                                                     auto_budget=False))
+    perturb(head, 8)
+    feats = t.forward(prompt[:-1], t.new_cache(), taps=head.taps).taps
+    tree = drafter.draft(drafter.start(list(prompt), feats), prompt[-1], SamplingParams(), None)
+    assert max(depths(tree.parents)) == 3 and len(tree.tokens) == 22   # every recorded node
+    for i in range(1, len(tree.tokens)):
+        path = [i]
+        while tree.parents[path[-1]] > 0:
+            path.append(tree.parents[path[-1]])
+        toks = [tree.tokens[j] for j in reversed(path)]
+        batch = batch_of(t, prompt + toks[:-1], head.taps)
+        with torch.no_grad():
+            logits = unroll(head, batch, len(toks))[-1][1][0, L - 1]
+        p = torch.softmax(logits.float(), -1)[torch.searchsorted(head.vocab_ids, toks[-1])]
+        assert abs(float(p) - tree.confidence[i]) < TOL["fp32"], f"node {i}"
 
 
 def test_peagle(tiny_target, prompt):
