@@ -97,6 +97,16 @@ def run_playground(page, prompt: str, max_new: int, strategy: str | None = None)
             "final": steps[-1]["key"]}
 
 
+def test_playground_opens_on_a_recorded_run(page):
+    """Before any Run, the tab shows a shipped recorded run, drawn: tokens, tree and metrics."""
+    assert "recorded run" in page.inner_text("#pg-message")
+    assert "finished" in page.inner_text("#pg-metrics")
+    assert page.locator("#pg-tokens .sv-tok").count() > 10
+    assert page.locator("#pg-tree .js-plotly-plot .point, #pg-tree .js-plotly-plot .scatter"
+                        ).count() > 0
+    shot(page, "playground-opening")
+
+
 def test_playground_ngram_shows_tree_and_metrics(page):
     first = run_playground(page, "Here is a list: red, green, blue, cyan. Repeat the list.", 24)
     assert page.locator("#pg-tree .js-plotly-plot").count() == 1
@@ -226,6 +236,9 @@ def test_models_and_guide(page):
     assert "lossless" in page.inner_text("#guide-strategies")
     page.wait_for_selector("#guide-cost .js-plotly-plot")   # the measured verify-cost curve
     assert "What verifying costs here" in page.inner_text("#guide-cost")
+    byo = page.inner_text("#guide-byo")
+    assert "Bring your own" in byo and "z-lab/Qwen3-4B-DFlash-b16" in byo
+    assert "python -m specviz export eagle3" in byo and "--speculative-config" in byo
     shot(page, "guide")
 
 
@@ -285,3 +298,28 @@ def test_four_simultaneous_sessions(browser, app_url, tmp_path):
         pg.context.close()
     tile(parts, SHOTS / "four-sessions.png")
     assert wall < 90, f"four short runs took {wall:.0f} s"
+
+
+def test_serving_two_policies(page):
+    page.get_by_role("tab", name="Serving").click()
+    page.locator("#srv-requests input[type=number]").fill("2")
+    page.locator("#srv-max-new input").fill("6")
+    for sel, policy in (("#srv-policy-a", "dspark"), ("#srv-policy-b", "fixed:2")):
+        page.locator(f"{sel} input").click()
+        page.locator(sel).get_by_role("option", name=policy, exact=True).click()
+    page.click("#srv-run")
+    page.wait_for_function("document.querySelector('#srv-table').innerText.includes('fixed:2')",
+                           timeout=180_000)
+    assert "error" not in page.inner_html("#srv-message")
+    for lanes, policy in (("#srv-lanes-a", "dspark"), ("#srv-lanes-b", "fixed:2")):
+        assert page.locator(f"{lanes} .sv-serve-lane").count() == 2
+        assert f"policy {policy}" in page.inner_text(lanes)
+        assert page.inner_text(lanes).count("finished (") == 2
+    assert "calibrated" in page.inner_text("#srv-lanes-a")
+    rows = page.inner_text("#srv-table")
+    assert "dspark" in rows and "fixed:2" in rows and "not checked" in rows
+    for chart in ("#srv-budget-a", "#srv-budget-b", "#srv-sps", "#srv-compare"):
+        page.wait_for_selector(f"{chart} .js-plotly-plot")
+    assert "verify budget per step" in page.inner_text("#srv-budget-a")
+    assert "operating point" in page.inner_text("#srv-sps")
+    shot(page, "serving")

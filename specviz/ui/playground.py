@@ -15,11 +15,15 @@ import gradio as gr
 from specviz import strategies
 from specviz.events import RunFinished, write_trace
 from specviz.runner import RunSpec
-from specviz.ui import downloads, session, views
+from specviz.bench import read_prompts
+from specviz.events import TraceError
+from specviz.ui import downloads, replay, session, views
 from specviz.viz.panel import message_html
 
-DEFAULT_PROMPT = ("Here is a list: red, orange, yellow, green, blue, indigo, violet. "
-                  "Repeat the list exactly.")
+# The tab opens on a recorded run of its default strategy and prompt, already drawn.
+RECORDED = replay.TRACES / "ngram-copy-list.jsonl"
+DEFAULT_PROMPT = next(p.prompt for p in read_prompts(replay.TRACES.parent / "prompts.jsonl")
+                      if p.id == "copy-list")
 _cancels: dict[str, threading.Event] = {}
 
 
@@ -155,9 +159,14 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
                                     type="array", label="ngram settings (edit the values)",
                                     column_widths=["30%", "18%", "52%"], wrap=True,
                                     elem_id="pg-settings")
-    message = gr.HTML(elem_id="pg-message")
-    v = views.layout("pg")
-    events_state = gr.State([])
+    try:
+        recorded, note = replay.load(str(RECORDED))
+        intro = message_html(f"A recorded run ({note}). Press Run to decode it live.", "info")
+    except TraceError:
+        recorded, intro = [], ""
+    message = gr.HTML(intro, elem_id="pg-message")
+    v = views.layout("pg", recorded)
+    events_state = gr.State(recorded)
     ar_speeds_state = gr.State({})   # ar_key -> ar tokens/s measured in this session
     ref = gr.State(None)          # the shown run's ar tokens/s, if measured
 

@@ -37,46 +37,56 @@ class Views:
 
     def render(self, events: list[Event], step: int | None = None, ar_tps: float | None = None,
                status: str = "", text_only: bool = False, slider: bool = True) -> dict:
-        """{component: value} for the run up to `step` (None: the latest step, following live).
-        text_only leaves the figures as they are (Run and the first live step: text shows
-        fastest) and marks the metrics panel `sv-figures-pending`, which the css uses to dim the
-        figures until they are redrawn; slider=False leaves the step slider as it is (the
-        slider's own handler)."""
-        view = fold(events)
-        last = view.steps[-1].step if view.steps else 0
-        step = last if step is None else max(0, min(int(step), last))
-        m = run_metrics(events_upto(events, step))
-        if not status and events and isinstance(events[-1], RunFinished):
-            status = f"finished: {events[-1].stop_reason}"
-        panel = metrics_html(m, ar_tps, status)
-        if text_only:
-            panel = f'<div class="sv-figures-pending">{panel}</div>'
-        out = {self.metrics: panel, self.tokens: tokens_html(view, step)}
-        if not text_only:
-            f = figures(events, step)
-            out |= {self.tree: f["tree"], self.acceptance: f["acceptance"],
-                    self.confidence: f["confidence"], self.kv: f["kv"]}
-        if slider:
-            out[self.slider] = gr.Slider(minimum=0, maximum=max(1, last), value=step)
-        return out
+        """{component: value} for the run up to `step` (see `values`); slider=False leaves the
+        step slider as it is (the slider's own handler)."""
+        vals = values(events, step, ar_tps, status, text_only)
+        if not slider:
+            del vals["slider"]
+        return {getattr(self, name): v for name, v in vals.items()}
 
 
-def layout(prefix: str) -> Views:
-    """Create the view components inside the current Blocks context, showing an empty run (so
-    the browser loads plotly.js with the page, not on the first Run)."""
-    empty = figures([], None)
-    metrics = gr.HTML(elem_id=f"{prefix}-metrics")
-    slider = gr.Slider(0, 1, value=0, step=1, label="step", elem_id=f"{prefix}-step",
-                       interactive=True)
-    tokens = gr.HTML(elem_id=f"{prefix}-tokens", elem_classes=["sv-tokens-box"])
+def values(events: list[Event], step: int | None = None, ar_tps: float | None = None,
+           status: str = "", text_only: bool = False) -> dict[str, Any]:
+    """{view name: value} for the run up to `step` (None: the latest step, following live).
+    text_only leaves the figures out (Run and the first live step: text shows fastest) and marks
+    the metrics panel `sv-figures-pending`, which the css uses to dim the figures until they are
+    redrawn."""
+    view = fold(events)
+    last = view.steps[-1].step if view.steps else 0
+    step = last if step is None else max(0, min(int(step), last))
+    m = run_metrics(events_upto(events, step))
+    if not status and events and isinstance(events[-1], RunFinished):
+        status = f"finished: {events[-1].stop_reason}"
+    panel = metrics_html(m, ar_tps, status)
+    if text_only:
+        panel = f'<div class="sv-figures-pending">{panel}</div>'
+    out: dict[str, Any] = {"metrics": panel, "tokens": tokens_html(view, step)}
+    if not text_only:
+        f = figures(events, step)
+        out |= {k: f[k] for k in ("tree", "acceptance", "confidence", "kv")}
+    out["slider"] = gr.update(minimum=0, maximum=max(1, last), value=step)
+    return out
+
+
+def layout(prefix: str, events: list[Event] | None = None, status: str = "") -> Views:
+    """Create the view components inside the current Blocks context, showing `events` (a
+    recorded run, at its last step) or an empty run: either way the browser loads plotly.js
+    with the page, not on the first Run."""
+    v = values(events or [], None, status=status)
+    metrics = gr.HTML(v["metrics"] if events else None, elem_id=f"{prefix}-metrics")
+    last = int(v["slider"]["maximum"])
+    slider = gr.Slider(0, last, value=last if events else 0, step=1, label="step",
+                       elem_id=f"{prefix}-step", interactive=True)
+    tokens = gr.HTML(v["tokens"] if events else None, elem_id=f"{prefix}-tokens",
+                     elem_classes=["sv-tokens-box"])
     with gr.Row():
-        tree = gr.Plot(empty["tree"], label="draft tree", elem_id=f"{prefix}-tree")
-        confidence = gr.Plot(empty["confidence"], label="confidence prefix",
+        tree = gr.Plot(v["tree"], label="draft tree", elem_id=f"{prefix}-tree")
+        confidence = gr.Plot(v["confidence"], label="confidence prefix",
                              elem_id=f"{prefix}-confidence")
     with gr.Row():
-        acceptance = gr.Plot(empty["acceptance"], label="accept / reject",
+        acceptance = gr.Plot(v["acceptance"], label="accept / reject",
                              elem_id=f"{prefix}-acceptance")
-        kv = gr.Plot(empty["kv"], label="KV cache", elem_id=f"{prefix}-kv")
+        kv = gr.Plot(v["kv"], label="KV cache", elem_id=f"{prefix}-kv")
     return Views(metrics, tokens, tree, acceptance, confidence, kv, slider)
 
 
