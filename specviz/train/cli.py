@@ -74,7 +74,7 @@ def data_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-tokens", type=int, default=3_000_000)
     p.add_argument("--out", default=str(shards.SHARD_DIR), help="shard folder")
     p.add_argument("--batch", type=int, default=48, help="sequences per generate call")
-    p.add_argument("--shard-seqs", type=int, default=480, help="sequences per shard")
+    p.add_argument("--shard-seqs", type=int, default=240, help="sequences per shard")
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--self-instruct", type=int, default=0,
                    help="first answer N instructions the target writes itself")

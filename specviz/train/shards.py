@@ -103,7 +103,7 @@ def self_items(folder: Path, start: int, n: int) -> list[dict]:
 
 
 def extend(target, folder: Path = SHARD_DIR, target_tokens: int = 3_000_000, batch: int = 48,
-           max_new_tokens: int = 160, shard_seqs: int = 480, seed: int = 0,
+           max_new_tokens: int = 160, shard_seqs: int = 240, seed: int = 0,
            self_instruct: int = 0, max_shards: int = 0, log=print) -> dict:
     """Append shards until they hold `target_tokens` response tokens (or `max_shards` more were
     written, when > 0): first answers to `self_instruct` instructions the target writes itself
