@@ -64,10 +64,17 @@ class MtpSettings:
     # the 2-core CPU it measured no faster (20.15 vs 20.10 tok/s, 16 dev prompts, one bench),
     # and the τ of MTP is quoted at a fixed gamma
     auto_budget: bool = False
+    # "" (default): the target checkpoint's own MTP layers where it ships them (DeepSeek-V3 /
+    # GLM-4.x or MiMo layout: published/native_mtp.py), else the module trained here for the
+    # embedded target; "native": the checkpoint's own layers or a reason why not
+    path: str = ""
 
     def check(self) -> None:
         if not 1 <= self.gamma <= 8:
             raise ValueError("mtp needs gamma in 1..8")
+        if self.path not in ("", "native"):
+            raise ValueError("mtp takes path=native (the target checkpoint's own MTP layers); "
+                             "there is no published MTP drafter folder layout")
 
 
 @dataclass
@@ -80,10 +87,15 @@ class MtpState:
 
 
 class MtpDrafter:
-    def __init__(self, target, module: MtpModule, gamma: int = 3, cost: ForwardCost | None = None):
+    """`module`: an MtpModule, or a checkpoint's native MTP layer with the same interface
+    (published/native_mtp.py, with its `head` and `origin`)."""
+
+    def __init__(self, target, module: MtpModule, gamma: int = 3, cost: ForwardCost | None = None,
+                 head: DraftHead | None = None, origin: str = "post-trained on a frozen target"):
         self.target, self.module, self.gamma, self.cost = target, module, gamma, cost
         self.taps = (module.tap,)
-        self.head = DraftHead(target, module.vocab)
+        self.head = head or DraftHead(target, module.vocab)
+        self.origin = origin
 
     def start(self, prompt_ids: list[int], feats: dict[int, torch.Tensor]) -> MtpState:
         state = MtpState(list(prompt_ids[:-1]))
@@ -131,7 +143,7 @@ class MtpDrafter:
         # drop the draft steps' keys/values: the cache keeps committed positions only
         state.kv = (state.kv[0][:, :, :committed], state.kv[1][:, :, :committed])
         state.length = committed
-        note = f"MTP module reused {self.gamma}x (post-trained on a frozen target)"
+        note = f"MTP module reused {self.gamma}x ({self.origin})"
         if self.cost is not None and sp.greedy:
             n, cut = verify_prefix(chain_values(state.acceptance, confs),
                                    time.perf_counter() - t0, self.cost)
@@ -141,6 +153,9 @@ class MtpDrafter:
 
 
 def build_mtp(target, settings: MtpSettings) -> MtpDrafter:
+    from specviz.drafters.published import native_mtp
+    if settings.path == "native" or native_mtp.ships_mtp(target):
+        return native_mtp.build(target, settings)
     tensors, cfg = weights.load(ID, target.fingerprint)
     module = MtpModule(LayerShape.of(target, ffn=cfg["ffn"]), tensors["vocab"], tap=cfg["tap"])
     module.load_state_dict(tensors)

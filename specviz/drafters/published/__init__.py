@@ -1,10 +1,12 @@
 """Published drafters in, trained drafters out (issue 20): load EAGLE-3, EAGLE-1/2, DFlash and
-DSpark checkpoints (`--set path=DIR_OR_HUB_ID`), and export the shipped drafters in those
+DSpark checkpoints (`--set path=DIR_OR_HUB_ID`), the native MTP layers a target checkpoint ships
+(`mtp`, native_mtp.py), and export the shipped drafters in those
 layouts (export.py).
 
 Boundary: `build` turns a strategy id, a target and the strategy's settings (with `path`) into a
 drafter of the shipped classes over the folder's weights. Layout detection and file checks:
-folder.py; names: names.py; heads: eagle.py; block drafters: block.py.
+folder.py; names: names.py; heads: eagle.py; block drafters: block.py; native MTP:
+native_mtp.py.
 """
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ LAYOUT_OF = {"eagle1": "eagle1", "eagle2": "eagle1", "eagle3": "eagle3", "dflash
 def build(strategy_id: str, target, settings):
     """The strategy's drafter over the published folder `settings.path`."""
     from specviz.drafters.base import DrafterUnavailable
+    if strategy_id == "mtp":                   # path=native: the target checkpoint's own layers
+        from specviz.drafters.published import native_mtp
+        return native_mtp.build(target, settings)
     if strategy_id not in LAYOUT_OF:
         raise DrafterUnavailable(f"strategy {strategy_id} takes no published drafter (path= works "
                                  f"with {', '.join(LAYOUT_OF)})")
