@@ -33,6 +33,10 @@ class LayerShape:
     eps: float = 1e-5
     qk_norm: bool = False      # Qwen3-style RMSNorm of each q / k head before RoPE
     input_norm: bool = True    # False: no input RMSNorm (EAGLE-1's layer 0)
+    # scaled RoPE (llama3, yarn, linear): the inverse frequencies and cos/sin factor transformers'
+    # ROPE_INIT_FUNCTIONS give for a checkpoint's rope_scaling; () = plain 1/theta^(2i/hd)
+    rope_inv: tuple[float, ...] = ()
+    rope_scale: float = 1.0
 
     @classmethod
     def of(cls, target, **kw) -> "LayerShape":
@@ -47,13 +51,17 @@ class LayerShape:
                    eps=cfg.rms_norm_eps, **kw)
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotate-half RoPE (the Llama convention). x [b, h, n, hd], positions [n] or [b, n]."""
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float, inv: torch.Tensor | None = None,
+         scale: float = 1.0) -> torch.Tensor:
+    """Rotate-half RoPE (the Llama convention). x [b, h, n, hd], positions [n] or [b, n].
+    inv [hd/2]: scaled inverse frequencies (default 1/theta^(2i/hd)); scale multiplies cos and
+    sin (yarn's attention factor), as transformers' rotary embeddings do."""
     hd = x.shape[-1]
-    inv = 1.0 / theta ** (torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd)
-    ang = positions.to(torch.float32)[..., None] * inv               # [(b,) n, hd/2]
-    cos = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype)
-    sin = torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
+    if inv is None:
+        inv = 1.0 / theta ** (torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd)
+    ang = positions.to(torch.float32)[..., None] * inv.to(x.device)  # [(b,) n, hd/2]
+    cos = (torch.cat([ang.cos(), ang.cos()], -1) * scale).to(x.dtype)
+    sin = (torch.cat([ang.sin(), ang.sin()], -1) * scale).to(x.dtype)
     if positions.dim() == 2:                                           # per-row positions
         cos, sin = cos[:, None], sin[:, None]
     x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
@@ -81,6 +89,13 @@ class DecoderLayer(nn.Module):
         self.gate = nn.Linear(s.d, s.ffn, bias=False)
         self.up = nn.Linear(s.d, s.ffn, bias=False)
         self.down = nn.Linear(s.ffn, s.d, bias=False)
+        # float32 and outside the state dict, so .to(dtype) leaves it and shipped weights load
+        self.rope_inv = torch.tensor(s.rope_inv, dtype=torch.float32) if s.rope_inv else None
+
+    def _rope(self, t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if self.rope_inv is not None and self.rope_inv.device != t.device:
+            self.rope_inv = self.rope_inv.to(t.device)
+        return rope(t, positions, self.s.rope_theta, self.rope_inv, self.s.rope_scale)
 
     def _heads(self, t: torch.Tensor, n_heads: int, norm: str = "") -> torch.Tensor:
         b, n, _ = t.shape
@@ -92,7 +107,7 @@ class DecoderLayer(nn.Module):
     def project_kv(self, h: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys/values of states h [b, n, d_in] used as they are (no input norm), RoPE'd at
         `positions`."""
-        k = rope(self._heads(self.k(h), self.s.kv_heads, "k_norm"), positions, self.s.rope_theta)
+        k = self._rope(self._heads(self.k(h), self.s.kv_heads, "k_norm"), positions)
         return k, self._heads(self.v(h), self.s.kv_heads)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor,
@@ -103,7 +118,7 @@ class DecoderLayer(nn.Module):
         attention output (default x; EAGLE-3 passes h because its input is 2d wide)."""
         s = self.s
         xn = self.input_norm(x)
-        q = rope(self._heads(self.q(xn), s.heads, "q_norm"), positions, s.rope_theta)
+        q = self._rope(self._heads(self.q(xn), s.heads, "q_norm"), positions)
         k, v = self.project_kv(xn, positions)
         keys, values = (k, v) if prefix is None else (torch.cat([prefix[0], k], 2),
                                                       torch.cat([prefix[1], v], 2))
@@ -129,11 +144,12 @@ class DraftHead:
     """The target's frozen LM head restricted to a draft vocabulary (EAGLE-3's reduced vocab, as
     target ids): drafts only ever propose these tokens, and the head costs Vd/V of the full one.
     `full` widens draft logits back to the target vocabulary (-inf elsewhere), so a sampled
-    draft's q row is a true distribution over the target's tokens."""
+    draft's q row is a true distribution over the target's tokens. `weight` [Vd, d]: another
+    head's rows for `vocab` (a native MTP layer's own head) instead of the target's."""
 
-    def __init__(self, target, vocab: torch.Tensor):
+    def __init__(self, target, vocab: torch.Tensor, weight: torch.Tensor | None = None):
         self.vocab = vocab.long().to(target.device)
-        self.weight = target.lm_head.weight[self.vocab].detach()         # [Vd, d]
+        self.weight = (target.lm_head.weight[self.vocab] if weight is None else weight).detach()
         self.size = target.vocab
         self.mm = Prepacked()
 
