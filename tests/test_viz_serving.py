@@ -1,6 +1,6 @@
 """viz/serving.py from hand-built serving events: lanes (escaping, progress, per-request numbers,
 waiting requests), the per-step verify budget, the SPS curve with operating points, and the
-policy comparison. No model, no torch."""
+policy comparison; then the Serving tab's form check. No model."""
 from __future__ import annotations
 
 import dataclasses
@@ -158,3 +158,41 @@ def test_comparison_and_table_one_row_per_policy():
                         round(8 / 5, 2), 5.5, 2, "1.00"]
     assert table[1][-1] == "not checked" and table[2][-1] == "n/a (sampling)"
     assert len(table[0]) == len(serving.TABLE_HEADERS)
+
+
+FORM = dict(strategy="dspark", policy_a="dspark", policy_b="fixed:2", requests=4,
+            arrival="all at once", rate=2.0, max_new_tokens=16, temperature=0.0, seed=0,
+            prompts="", check=False)
+
+
+def test_serving_tab_form_check():
+    """The Serving tab's form: a checked set-up, or a one-line UserError saying what to fix."""
+    from specviz.ui import serving as tab
+    from specviz.ui.session import UserError
+
+    s = tab.setup({}, **FORM)
+    assert [p.id for p in s.policies] == ["dspark", "fixed:2"] and s.arrival == "all"
+    assert len(s.prompts) >= 1 and s.gen.max_new_tokens == 16     # the demo prompts
+    custom = tab.setup({}, **FORM | dict(prompts="one\n\n two \n", policy_b=tab.NO_POLICY,
+                                         arrival="poisson", rate=0.5))
+    assert [p.prompt for p in custom.prompts] == ["one", "two"]
+    assert [p.id for p in custom.policies] == ["dspark"] and custom.arrival == "poisson:0.5"
+    assert custom.key != s.key and tab.setup({}, **FORM).key == s.key
+    bad = [(dict(policy_b="fixed:x"), "fixed:G needs an integer"),
+           (dict(policy_b="dspark"), "both dspark"),
+           (dict(requests=17), "1 to 16"),
+           (dict(arrival="poisson", rate=0), "RATE > 0"),
+           (dict(max_new_tokens=0), "Bad settings"),
+           (dict(strategy="eagle2"), "Choose a chain strategy"),
+           (dict(policy_a=tab.NO_POLICY, policy_b=tab.NO_POLICY), "Choose policy A")]
+    for change, words in bad:
+        with pytest.raises(UserError, match=words):
+            tab.setup({}, **FORM | change)
+    with pytest.raises(UserError, match="mtp is unavailable: no weights"):
+        tab.setup({"mtp": "no weights"}, **FORM | dict(strategy="mtp"))
+
+
+def test_lanes_of_a_stopped_run():
+    h = serving.lanes_html(run(), decode, stopped=True)
+    assert "stopped: 2 steps" in h and "running" not in h and "τ 2.00 · stopped" in h
+    assert "finished: 2 steps" in serving.lanes_html(finished(run()), decode, stopped=True)

@@ -73,7 +73,7 @@ class Setup:
                      self.gen))
 
 
-def setup(target, unavailable: dict[str, str | None], *, strategy: Any, policy_a: Any,
+def setup(unavailable: dict[str, str | None], *, strategy: Any, policy_a: Any,
           policy_b: Any, requests: Any, arrival: Any, rate: Any, max_new_tokens: Any,
           temperature: Any, seed: Any, prompts: Any, check: Any) -> Setup:
     """Validate form values; every failure is a UserError with the fix."""
@@ -203,7 +203,7 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
             temperature, seed, prompts, check, request: gr.Request):
         cancel = cancel_for(request)
         try:
-            s = setup(target, unavailable, strategy=strategy, policy_a=policy_a,
+            s = setup(unavailable, strategy=strategy, policy_a=policy_a,
                       policy_b=policy_b, requests=requests, arrival=arrival, rate=rate,
                       max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                       prompts=prompts, check=check)
@@ -222,7 +222,8 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
                          name="specviz-serve").start()
         tags = dict(zip(labels_of, ("A: ", "B: ")))
 
-        def view(figures: bool, note: str | None = None, only: str | None = None) -> dict:
+        def view(figures: bool, note: str | None = None, only: str | None = None,
+                 stopped: bool = False) -> dict:
             """Updates of every run's lanes and budget (or only run `only`'s), the SPS chart
             if `figures`, and the message if `note` is given."""
             upd: dict = {}
@@ -231,7 +232,8 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
             for label, events in runs.items():
                 if only not in (None, label):
                     continue
-                upd[lanes[label]] = lanes_html(events, target.decode, names, tags[label])
+                upd[lanes[label]] = lanes_html(events, target.decode, names, tags[label],
+                                               stopped)
                 if figures:
                     upd[budgets[label]] = budget_figure(events, tags[label])
             if figures:
@@ -274,7 +276,7 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
         stopped = len(finished) < len(runs)
         note = "Stopped; unfinished runs are left out of the comparison." if stopped else ""
         state = {"key": s.key, "rows": rows}
-        yield view(True, note) | {
+        yield view(True, note, stopped=stopped) | {
             compare_plot: comparison_figure(rows) if rows else None,
             table: table_rows(rows), results: state}
 

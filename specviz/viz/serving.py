@@ -80,7 +80,7 @@ def confidence_label(kind: str) -> str:
 
 
 def _lane_html(rid: int, label: str, lane: Lane | None, decode: Decode, now: float,
-               rows: dict[int, dict[str, Any]]) -> str:
+               rows: dict[int, dict[str, Any]], stopped: bool) -> str:
     head = f'<b>#{rid}</b> <span class="sv-serve-prompt">{html.escape(label)}</span>'
     if lane is None:
         return (f'<div class="sv-lane sv-serve-lane sv-serve-waiting"><div class="sv-lane-h">'
@@ -91,7 +91,7 @@ def _lane_html(rid: int, label: str, lane: Lane | None, decode: Decode, now: flo
         state = f"finished ({lane.finished.stop_reason})"
     else:
         span = now - lane.joined.t
-        speed, state = (n / span if span > 0 else 0.0), "running"
+        speed, state = (n / span if span > 0 else 0.0), "stopped" if stopped else "running"
     tau = n / lane.slots if lane.slots else 0.0
     return (f'<div class="sv-lane sv-serve-lane"><div class="sv-lane-h">{head}</div>'
             f'<div class="sv-status">{n}/{cap} tokens · {speed:.1f} tok/s · τ {tau:.2f} · '
@@ -102,16 +102,18 @@ def _lane_html(rid: int, label: str, lane: Lane | None, decode: Decode, now: flo
 
 
 def lanes_html(events: list[Event], decode: Decode, labels: dict[int, str] | None = None,
-               title: str = "") -> str:
+               title: str = "", stopped: bool = False) -> str:
     """One lane per request: id, prompt head, text so far, progress, its tokens/s and τ.
     `labels`: request id -> its prompt (or a name); requests in it that have not joined yet
-    show as waiting. The header names the policy and how its a_j are calibrated."""
+    show as waiting. The header names the policy and how its a_j are calibrated; `stopped`:
+    the run was cancelled before it finished."""
     v = fold(events)
     labels = labels or {}
     rows = {r["id"]: r for r in serving_metrics.requests(events)}
     ids = sorted(set(labels) | set(v.lanes))
     new = sum(len(lane.tokens) for lane in v.lanes.values())
-    state = "finished" if v.finished else "running" if v.start else "not started"
+    state = ("finished" if v.finished else "stopped" if stopped else "running" if v.start
+             else "not started")
     kind = v.start.confidence if v.start else ""
     badge = (f'<span class="sv-badge sv-conf-{html.escape(kind)}">'
              f'{html.escape(confidence_label(kind))}</span>' if kind else "")
@@ -127,7 +129,7 @@ def lanes_html(events: list[Event], decode: Decode, labels: dict[int, str] | Non
         label = " ".join(label.split())
         if len(label) > PROMPT_CHARS:
             label = label[:PROMPT_CHARS - 1] + "…"
-        out.append(_lane_html(rid, label, v.lanes.get(rid), decode, v.now, rows))
+        out.append(_lane_html(rid, label, v.lanes.get(rid), decode, v.now, rows, stopped))
     out.append("</div></div>")
     return "".join(out)
 
@@ -198,11 +200,12 @@ def sps_figure(runs: dict[str, list[Event]]) -> go.Figure:
     its steps operated at (marker area grows with the number of steps at that point)."""
     fig = _layout(go.Figure(), "SPS curve (measured here) and each step's operating point")
     fig.update_xaxes(title="batch tokens (every request's root + its verified drafts)",
-                     rangemode="tozero")
+                     type="log")
     fig.update_yaxes(title="verify steps / s", rangemode="tozero")
     views = {label: fold(events) for label, events in runs.items()}
     curve = next((v.start.sps_curve for v in views.values() if v.start and v.start.sps_curve), [])
     if curve:
+        fig.update_xaxes(tickvals=[b for b, _ in curve])
         fig.add_trace(go.Scatter(
             x=[b for b, _ in curve], y=[s for _, s in curve], mode="lines+markers",
             name="SPS(B), measured", line=dict(color=color("target"), width=2),
@@ -242,10 +245,13 @@ def comparison_figure(rows: dict[str, dict[str, Any]]) -> go.Figure:
     fig.update_xaxes(title="mean per-user tokens/s", rangemode="tozero")
     fig.update_yaxes(title="throughput, tokens/s (all requests)", rangemode="tozero")
     labels = list(rows)
+    top = max((m["throughput_tokens_per_s"] for m in rows.values()), default=0.0)
+    fig.update_yaxes(range=[0, 1.25 * top or 1.0])          # room for the labels above
     fig.add_trace(go.Scatter(
         x=[rows[k]["mean_per_request_tokens_per_s"] for k in labels],
         y=[rows[k]["throughput_tokens_per_s"] for k in labels], mode="markers+text",
-        text=[html.escape(k) for k in labels], textposition="top center", showlegend=False,
+        text=[html.escape(k) for k in labels], showlegend=False,
+        textposition=["top center" if i % 2 == 0 else "bottom center" for i in range(len(labels))],
         marker=dict(size=13, color=[REQUEST_COLOURS[-1 - i] for i in range(len(labels))]),
         hovertext=[f"{html.escape(k)}: {rows[k]['throughput_tokens_per_s']:.1f} tok/s in all, "
                    f"{rows[k]['mean_per_request_tokens_per_s']:.1f} per user, "
