@@ -307,6 +307,7 @@ def test_serving_two_policies(page):
     for sel, policy in (("#srv-policy-a", "dspark"), ("#srv-policy-b", "fixed:2")):
         page.locator(f"{sel} input").click()
         page.locator(sel).get_by_role("option", name=policy, exact=True).click()
+    page.locator("#srv-check input").check()          # each request against its own ar
     page.click("#srv-run")
     page.wait_for_function("document.querySelector('#srv-table').innerText.includes('fixed:2')",
                            timeout=180_000)
@@ -317,7 +318,10 @@ def test_serving_two_policies(page):
         assert page.inner_text(lanes).count("finished (") == 2
     assert "calibrated" in page.inner_text("#srv-lanes-a")
     rows = page.inner_text("#srv-table")
-    assert "dspark" in rows and "fixed:2" in rows and "not checked" in rows
+    assert "dspark" in rows and "fixed:2" in rows
+    matches = page.evaluate("""() => [...document.querySelectorAll(
+        '#srv-table [aria-colindex="7"]:not(th)')].map(c => c.innerText.trim())""")
+    assert matches == ["1.00", "1.00"]          # greedy: every request equals its own ar
     for chart in ("#srv-budget-a", "#srv-budget-b", "#srv-sps", "#srv-compare"):
         page.wait_for_selector(f"{chart} .js-plotly-plot")
     assert "verify budget per step" in page.inner_text("#srv-budget-a")
