@@ -25,7 +25,7 @@ from specviz.engine.batch import serve
 from specviz.engine.decode import BadRequest, GenSettings
 from specviz.engine.scheduler import POLICY_HELP, Policy, parse_policy
 from specviz.engine.sps import cache_file, profile
-from specviz.events import Event, RequestFinished
+from specviz.events import Event, RequestFinished, ServeFinished
 from specviz.ui import session
 from specviz.ui.playground import cancel_for, stop
 from specviz.viz.panel import message_html
@@ -268,8 +268,7 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
             return
         finally:
             cancel.set()
-        finished = {k: ev for k, ev in runs.items()
-                    if ev and type(ev[-1]).__name__ == "ServeFinished"}
+        finished = {k: ev for k, ev in runs.items() if ev and isinstance(ev[-1], ServeFinished)}
         for label, events in finished.items():
             rows[label] = serving_metrics.summarize(events) | {"greedy_match": (
                 matches.get(label) if s.gen.sampling.greedy else "n/a (sampling)")}
