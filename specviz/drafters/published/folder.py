@@ -155,7 +155,32 @@ def attention(config: dict, d: int) -> dict:
         raise DrafterUnavailable("drafter config.json has no num_attention_heads")
     rope = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta") \
         or (config.get("rope_scaling") or {}).get("rope_theta") or 10_000.0
+    head_dim = config.get("head_dim") or d // heads
+    inv, scale = rope_frequencies(config, float(rope), head_dim)
     return dict(d=d, heads=heads, kv_heads=config.get("num_key_value_heads") or heads,
-                head_dim=config.get("head_dim") or d // heads,
-                ffn=config.get("intermediate_size"), rope_theta=float(rope),
-                eps=config.get("rms_norm_eps", 1e-6))
+                head_dim=head_dim, ffn=config.get("intermediate_size"), rope_theta=float(rope),
+                eps=config.get("rms_norm_eps", 1e-6), rope_inv=inv, rope_scale=scale)
+
+
+STATIC_ROPE = ("linear", "llama3", "yarn")   # scalings that do not change with the length
+
+
+def rope_frequencies(config: dict, theta: float, head_dim: int) -> tuple[tuple[float, ...], float]:
+    """((), 1.0) for plain RoPE; for a static rope_scaling (Llama-3.1's llama3, Qwen's yarn,
+    linear) the inverse frequencies and cos/sin factor of transformers' own ROPE_INIT_FUNCTIONS,
+    computed on the drafter's config as transformers would."""
+    params = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    kind = params.get("rope_type") or params.get("type") or "default"
+    if kind == "default":
+        return (), 1.0
+    if kind not in STATIC_ROPE:
+        raise DrafterUnavailable(f"drafter rope_scaling {kind} is not supported (plain, "
+                                 f"{', '.join(STATIC_ROPE)} only)")
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    geometry = {k: config[k] for k in ("hidden_size", "num_attention_heads",
+                                       "max_position_embeddings") if config.get(k)}
+    cfg = LlamaConfig(**geometry, head_dim=head_dim,
+                      rope_parameters={**params, "rope_type": kind, "rope_theta": theta})
+    inv, scale = ROPE_INIT_FUNCTIONS[kind](cfg, "cpu")
+    return tuple(inv.float().tolist()), float(scale)

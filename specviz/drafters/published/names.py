@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from specviz.drafters.base import DrafterUnavailable
 from specviz.drafters.layers import DecoderLayer, LayerShape
 from specviz.drafters.published.folder import EXTRAS, Folder, attention
 from specviz.models.kernels import pack_linears
@@ -89,7 +90,7 @@ def load_mapped(folder: Folder, module: nn.Module, names: dict[str, str], target
 
 def layer_shape(folder: Folder, target, d_in: int = 0, input_norm: bool = True, prefix: str = "") -> LayerShape:
     """The drafter layers' geometry from its config.json (Qwen3 q/k norms where the folder has
-    them, at `prefix`); its hidden size must be the target's."""
+    them, at `prefix`; scaled RoPE from its rope_scaling); its hidden size must be the target's."""
     cfg = folder.config
     d = cfg.get("hidden_size")
     folder.match("hidden size", d, target.hidden)
@@ -99,11 +100,11 @@ def layer_shape(folder: Folder, target, d_in: int = 0, input_norm: bool = True, 
             len(cfg.get("layer_types") or []) <= (cfg.get("num_hidden_layers") or 1):
         raise folder.fail(f"its layer_types {cfg['layer_types']} include sliding-window layers, "
                           "which are not supported")
-    if (cfg.get("rope_scaling") or {}).get("rope_type", "default") not in ("default", None):
-        raise folder.fail(f"rope_scaling {cfg['rope_scaling'].get('rope_type')} is not supported "
-                          "(plain RoPE only)")
     qk = f"{prefix}.self_attn.q_norm.weight" in folder.tensors
-    kw = attention(cfg, d)
+    try:
+        kw = attention(cfg, d)
+    except DrafterUnavailable as exc:
+        raise folder.fail(str(exc).removeprefix("drafter ")) from None
     if not kw["ffn"]:
         gate = folder.tensors.get(f"{prefix}.mlp.gate_proj.weight")
         kw["ffn"] = gate.shape[0] if gate is not None else 4 * d
