@@ -80,7 +80,6 @@ def _save_target(folder, kind: str) -> dict[str, torch.Tensor]:
 
 def _mtp_tensors(kind: str, gen: torch.Generator) -> tuple[dict[str, torch.Tensor], torch.nn.Module]:
     """(the MTP layer's checkpoint tensors, without prefix; the block module they hold)."""
-    from transformers import DeepseekV3Config  # noqa: F401  (the classes are looked up below)
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3DecoderLayer
     from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
     cfg = _config(kind)

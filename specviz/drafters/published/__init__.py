@@ -1,7 +1,6 @@
 """Published drafters in, trained drafters out (issue 20): load EAGLE-3, EAGLE-1/2, DFlash and
 DSpark checkpoints (`--set path=DIR_OR_HUB_ID`), the native MTP layers a target checkpoint ships
-(`mtp`, native_mtp.py), and export the shipped drafters in those
-layouts (export.py).
+(`mtp`, native_mtp.py), and export the shipped drafters in those layouts (export.py).
 
 Boundary: `build` turns a strategy id, a target and the strategy's settings (with `path`) into a
 drafter of the shipped classes over the folder's weights. Layout detection and file checks:
