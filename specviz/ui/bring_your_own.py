@@ -44,7 +44,11 @@ def availability_markdown(target, unavailable: dict[str, str | None]) -> str:
     for sid in strategies.REGISTRY:
         reason = unavailable.get(sid)
         path = strategies.DEFAULTS.get(sid, {}).get("path")
-        source = (f"published folder `{path}`" if path else
+        # a drafter may say where it comes from (mtp: the checkpoint's own layers, or ours)
+        origin = None if reason else getattr(
+            getattr(target, "drafters", {}).get((sid, strategies.parse_settings(sid))), "origin",
+            None)
+        source = (f"published folder `{path}`" if path else origin if origin else
                   "no weights needed" if strategies.REGISTRY[sid].build is None or sid == "ngram"
                   else "shipped weights (assets/)")
         rows.append(f"| `{sid}` | {'no' if reason else 'yes'} | "
@@ -86,8 +90,11 @@ built on, so check a deployment with `python -m specviz selfcheck --model MODEL 
 
 {pairs_markdown()}
 
-Unfinished: native MTP layers shipped inside a target checkpoint (MiMo, DeepSeek-V3) are not
-loaded yet; `mtp` uses the module trained here for the embedded target only.
+Native MTP: when the target's own checkpoint ships MTP layers (DeepSeek-V3 / GLM-4.x or MiMo
+weight layout, loadable by transformers without remote code), `mtp` drafts with them (the table
+above then says "native MTP from the checkpoint"); `mtp:path=native` insists on them. Hybrid
+linear-attention targets (Qwen3.5 / Qwen3-Next) are out of scope: rollback would need their
+recurrent state. MiMo-7B's own model type needs remote code, which is never run.
 
 **Serve the shipped drafters with vLLM or SGLang** (target `{EMBEDDED_HUB_ID}`)
 
