@@ -131,3 +131,29 @@ def test_without_early_break_the_distribution_is_biased():
     tv, pvalue = fit(tokens, P1)
     assert tokens.count(0) / N == pytest.approx(0.575, abs=0.02)
     assert tv > 5 * tv_bound(P1, N) and pvalue < 1e-12
+
+
+class Lazy:
+    """A lazy curve that logs which a_j were asked for."""
+
+    def __init__(self, values, log, r):
+        self.values, self.log, self.r = values, log, r
+
+    def a(self, j):
+        self.log.append((self.r, j))
+        return self.values[j - 1] if j <= len(self.values) else None
+
+
+def test_lazy_curves_give_the_same_decisions_and_ask_only_what_may_be_verified():
+    curves = [[0.9, 0.8, 0.3, 0.2], [0.95, 0.5, 0.4], [0.1]]
+    sps = table({b: 20.0 - b for b in range(1, 20)})
+    for pid in ("fixed:2", "threshold:0.45", "dspark"):
+        log: list = []
+        lazy = [Lazy(c, log, r) for r, c in enumerate(curves)]
+        want = sch.decide(sch.parse_policy(pid), curves, sps)
+        got = sch.decide(sch.parse_policy(pid), lazy, sps)
+        assert got.lengths == want.lengths and got.expected_tokens == pytest.approx(want.expected_tokens)
+        for r, n in enumerate(got.lengths):   # a_{j} asked only once draft j-1 was taken
+            asked = max(j for rr, j in log if rr == r)
+            assert asked <= n + 1
+            assert got.curves[r] == curves[r][:len(got.curves[r])]

@@ -86,6 +86,64 @@ class DSparkSettings:
             raise ValueError("window must be >= 0 (0 = the whole context)")
 
 
+class BlockCursor:
+    """One request's block, drafted left to right on demand. `a(j)` is the prefix survival a_j:
+    it draws x_1..x_{j-1} first, never x_j (non-anticipation). `draw(n)` draws up to x_n. A
+    scheduler that asks for a_j only while it may still verify x_j stops the sequential Markov
+    head at the first draft it would not verify (the batch engine does, engine/batch.py).
+    Drafts past `limit` do not exist for it."""
+
+    def __init__(self, drafter: "DSparkDrafter", state: ContextState, root: int,
+                 sp: SamplingParams, generator: torch.Generator | None, limit: int = 16):
+        self.drafter, self.root, self.sp, self.generator = drafter, root, sp, generator
+        size = drafter.settings.block_size
+        self.limit = min(limit, size)
+        self.h = drafter.block_hidden(state, drafter.target.embed, root, size)         # [γ, d]
+        with torch.inference_mode():
+            self.U = drafter.head.logits(self.h)                                   # [γ, Vd]
+        self.toks, self.qs, self.rows, self.conf, self.surv = [], [], [], [], []
+        self._bias: torch.Tensor | None = None
+
+    @torch.inference_mode()
+    def _confide(self) -> None:
+        """c_{k+1} and a_{k+1} from h_k and x_k (k = drafts so far; x_0 = the root)."""
+        m, k = self.drafter.model, len(self.toks)
+        e, self._bias = m.markov(torch.tensor(self.toks[-1] if self.toks else self.root,
+                                              device=self.h.device))
+        c = float(torch.sigmoid(m.confidence_logit(self.h[k], e) / m.temperature[k]))
+        self.conf.append(c)
+        self.surv.append(c * (self.surv[-1] if self.surv else 1.0))
+
+    @torch.inference_mode()
+    def _draw(self) -> None:
+        k = len(self.toks)
+        logits = self.U[k] + self._bias if self.drafter.settings.markov else self.U[k]
+        tok, q, q_row = draw(self.drafter.head.full(logits), self.sp, self.generator)
+        self.toks.append(tok), self.qs.append(q), self.rows.append(q_row)
+
+    def a(self, j: int) -> float | None:
+        if j > self.limit:
+            return None
+        while len(self.surv) < j:
+            if len(self.toks) < len(self.surv):
+                self._draw()
+            self._confide()
+        return self.surv[j - 1]
+
+    def draw(self, n: int) -> None:
+        while len(self.toks) < min(n, self.limit):
+            if len(self.surv) == len(self.toks):
+                self._confide()
+            self._draw()
+
+    def chain(self, n: int) -> DraftTree:
+        """The first n drafts as a chain (drawn now if they were not yet)."""
+        self.draw(n)
+        return DraftTree.chain(self.root, self.toks[:n], q=self.qs[:n], q_rows=self.rows[:n],
+                               confidence=self.conf[:n], note="one block forward + Markov head, "
+                               "drafted as far as the batch scheduler asked")
+
+
 class DSparkDrafter(ContextCache):
     def __init__(self, target, model: DSparkModel, settings: DSparkSettings,
                  cost: ForwardCost | None = None):
@@ -93,28 +151,24 @@ class DSparkDrafter(ContextCache):
         self.target, self.model, self.settings, self.cost = target, model, settings, cost
         self.head = DraftHead(target, model.backbone.vocab)
 
+    def cursor(self, state: ContextState, root: int, sp: SamplingParams,
+               generator: torch.Generator | None, limit: int = 16) -> BlockCursor:
+        return BlockCursor(self, state, root, sp, generator, limit)
+
     def draft(self, state: ContextState, root: int, sp: SamplingParams,
               generator: torch.Generator | None) -> DraftTree:
-        m, pol = self.model, self.settings
-        h = self.block_hidden(state, self.target.embed, root, pol.block_size)          # [γ, d]
-        toks, qs, rows, conf, surv = [], [], [], [], []
-        cut, a, prev = pol.block_size, 1.0, root
+        pol = self.settings
+        cur = self.cursor(state, root, sp, generator)
+        cut = pol.block_size
         hardware = self.cost is not None and sp.greedy
-        with torch.inference_mode():
-            U = self.head.logits(h)                                                # [γ, Vd]
-            for k in range(pol.block_size):
-                e, bias = m.markov(torch.tensor(prev, device=h.device))
-                c = float(torch.sigmoid(m.confidence_logit(h[k], e) / m.temperature[k]))
-                a *= c
-                conf.append(c), surv.append(a)
-                if hardware and prefix_schedule(surv, self.cost) < len(surv):
-                    break      # Algorithm 1 stops at this draft: the rest are never drawn
-                if a < pol.threshold and cut == pol.block_size:
-                    cut = k            # decided from x_{<=k} only: x_{k+1} is not drawn yet
-                logits = U[k] + bias if pol.markov else U[k]
-                tok, q, q_row = draw(self.head.full(logits), sp, generator)
-                toks.append(tok), qs.append(q), rows.append(q_row)
-                prev = tok
+        for k in range(pol.block_size):
+            a = cur.a(k + 1)
+            if hardware and prefix_schedule(cur.surv, self.cost) < len(cur.surv):
+                break          # Algorithm 1 stops at this draft: the rest are never drawn
+            if a < pol.threshold and cut == pol.block_size:
+                cut = k        # decided from x_{<=k} only: x_{k+1} is not drawn yet
+            cur.draw(k + 1)
+        toks, conf, surv = cur.toks, cur.conf, cur.surv
         threshold: float | None = pol.threshold
         if hardware:
             cut, threshold = len(toks), None
@@ -127,7 +181,7 @@ class DSparkDrafter(ContextCache):
                       if cut < pol.block_size
                       else f"all {pol.block_size} drafts clear threshold {pol.threshold:.2f}")
         return DraftTree.chain(
-            root, toks, q=qs, q_rows=rows, confidence=conf[:len(toks)],
+            root, toks, q=cur.qs, q_rows=cur.rows, confidence=conf[:len(toks)],
             schedule=Schedule(conf, surv, cut, reason, threshold),
             note=f"one block forward + {'Markov' if pol.markov else 'no Markov'} head; "
                  f"verify {cut} of {pol.block_size}")

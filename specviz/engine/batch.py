@@ -3,7 +3,9 @@
 Boundary: the batch's shared target cache and the step loop over its members. Each member keeps
 the single-request loop's own state (`decode.Request`: tokens, drafter state, RNG); drafting and
 verification are per request, with the same rules as `decode.step`; only the target forward is
-shared. Which drafts are verified is the scheduler's call (engine/scheduler.py).
+shared. Which drafts are verified is the scheduler's call (engine/scheduler.py). Under greedy
+decoding a drafter with a `cursor` (DSpark's sequential Markov head) drafts lazily: the
+scheduler asks for a_j only while it may still verify x_j, so drafting stops where it would.
 
 Layout: ragged and packed, with no padding. The cache is ONE row shared by all requests; every
 slot has an owner (a request id, or -1 once rolled back or left). A step runs every member's
@@ -129,20 +131,27 @@ class BatchEngine:
         member = next((m for m in self.members if m.id == rid), None)
         return self.leave(member, "cancelled") if member else None
 
-    def _draft(self) -> tuple[list[DraftTree], float]:
-        t = time.perf_counter()
-        trees = []
+    def _draft(self) -> list:
+        """Per member: a lazy curve (a drafter with `cursor`, greedy: the scheduler draws only
+        what it may verify) or the whole drafted chain."""
+        out = []
         for m in self.members:
             r = m.req
             r.step += 1
             remaining = r.settings.max_new_tokens - len(r.output)
             max_depth = max(0, min(remaining - 1, self.target.max_len - m.length - 2))
-            tree = (self.drafter.draft(r.drafter_state, r.root, r.settings.sampling, r.generator)
-                    if self.drafter else DraftTree.root_only(r.root))
-            if any(p != i - 1 for i, p in enumerate(tree.parents)):
-                raise ValueError("the batched engine verifies chains; this drafter drafted a tree")
-            trees.append(tree.truncate(max_depth))
-        return trees, time.perf_counter() - t
+            sp = r.settings.sampling
+            if self.drafter is None:
+                out.append(DraftTree.root_only(r.root))
+            elif sp.greedy and hasattr(self.drafter, "cursor"):
+                out.append(self.drafter.cursor(r.drafter_state, r.root, sp, r.generator, max_depth))
+            else:
+                tree = self.drafter.draft(r.drafter_state, r.root, sp, r.generator)
+                if any(p != i - 1 for i, p in enumerate(tree.parents)):
+                    raise ValueError("the batched engine verifies chains; this drafter drafted a "
+                                     "tree")
+                out.append(tree.truncate(max_depth))
+        return out
 
     def step(self) -> list[ev.Event]:
         """One round for every member: draft, schedule, one packed target forward, verify per
@@ -150,15 +159,17 @@ class BatchEngine:
         if not self.members:
             return []
         self.steps += 1
-        drafted, draft_s = self._draft()
-        curves = [survival(tr) for tr in drafted]
-        d = self.scheduler.decide(curves, self.sps)
+        t = time.perf_counter()
+        drafted = self._draft()
+        d = self.scheduler.decide([x if hasattr(x, "a") else survival(x) for x in drafted],
+                                  self.sps)
+        trees = [x.chain(n) if hasattr(x, "a") else x.truncate(n)
+                 for x, n in zip(drafted, d.lengths)]
         out: list[ev.Event] = [ev.BatchScheduled(
-            step=self.steps, requests=[m.id for m in self.members], survival=curves,
+            step=self.steps, requests=[m.id for m in self.members], survival=d.curves,
             verify_lens=d.lengths, reasons=d.reasons, expected_tokens=d.expected_tokens,
             batch_tokens=d.batch_tokens, sps_point=[float(d.batch_tokens), d.sps],
-            draft_s=draft_s, budget=d.budget, t=self.clock())]
-        trees = [tr.truncate(n) for tr, n in zip(drafted, d.lengths)]
+            draft_s=time.perf_counter() - t, budget=d.budget, t=self.clock())]
 
         # verify: the chains packed back to back, each at its own positions, in one forward
         t = time.perf_counter()
@@ -196,7 +207,9 @@ class BatchEngine:
                                     {j: f.index_select(0, idx.to(f.device)) for j, f in fwd.taps.items()})
             r.root = new[-1]
             stepped.append(ev.RequestStepped(
-                step=self.steps, request=m.id, drafted=full.tokens[1:], verify_len=len(tr) - 1,
+                step=self.steps, request=m.id,
+                drafted=list(full.toks) if hasattr(full, "a") else full.tokens[1:],
+                verify_len=len(tr) - 1,
                 n_accepted=len(verdict.path) - 1, new_tokens=new, source=verdict.source,
                 t=self.clock()))
             if eos is not None:

@@ -16,13 +16,19 @@ Policies, selected by id:
 
 Non-anticipation (ALGORITHMS.md §0): a_j must be computed before draft j is drawn; every
 policy here decides draft j from a_1..a_j and from entries sorted before it, never from a_{j+1}.
+
+A curve is a list, or a lazy curve: an object whose `a(j)` gives a_j (None past the chain's
+end) and may draft up to x_{j-1} to compute it (dspark.BlockCursor). The policies ask for a_j
+only while they may still verify x_j, so a sequential drafter stops at the first draft no
+policy would verify; `Decision.curves` holds the a_j that were asked for.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-Curves = Sequence[Sequence[float]]
+Curves = Sequence[Any]          # per request: a list of a_j, or a lazy curve with a(j)
 SPS = Callable[[int], float]
 
 POLICY_HELP = "fixed:G, threshold:T, dspark or dspark-prod"
@@ -31,6 +37,7 @@ POLICY_HELP = "fixed:G, threshold:T, dspark or dspark-prod"
 @dataclass(frozen=True)
 class Decision:
     """One step's verify lengths and why."""
+    curves: list[list[float]]     # per request: the a_j the policy looked at
     lengths: list[int]            # drafts verified per request
     reasons: list[str]            # per request, one line
     expected_tokens: float        # sum over requests of 1 + a_1 + .. + a_l (scheduler's estimate)
@@ -39,20 +46,52 @@ class Decision:
     budget: int | None = None     # dspark-prod: K, the number of draft slots
 
 
-def expected(curves: Curves, lengths: Sequence[int]) -> float:
-    return sum(1.0 + sum(a[:n]) for a, n in zip(curves, lengths))
+def at(curve: Any, j: int) -> float | None:
+    """a_j (1-based) of a list or a lazy curve; None past the end of the chain."""
+    if hasattr(curve, "a"):
+        return curve.a(j)
+    return curve[j - 1] if j <= len(curve) else None
+
+
+class _Asked:
+    """A lazy curve that keeps the a_j asked for (j = 1, 2, .. in order)."""
+
+    def __init__(self, curve: Any):
+        self.curve, self.values = curve, []
+
+    def a(self, j: int) -> float | None:
+        while len(self.values) < j:
+            v = self.curve.a(len(self.values) + 1)
+            if v is None:
+                return None
+            self.values.append(v)
+        return self.values[j - 1]
+
+
+def known(curve: Any) -> list[float]:
+    """The a_j of a list, or those asked of a lazy curve so far."""
+    return list(curve.values) if isinstance(curve, _Asked) else list(curve)
 
 
 def _decision(curves: Curves, lengths: list[int], reasons: list[str], sps: SPS,
               budget: int | None = None) -> Decision:
+    seen = [known(c) for c in curves]
     b = len(curves) + sum(lengths)
-    return Decision(lengths, reasons, expected(curves, lengths), b, sps(b), budget)
+    return Decision(seen, lengths, reasons, sum(1.0 + sum(a[:n]) for a, n in zip(seen, lengths)),
+                    b, sps(b), budget)
 
 
-def _order(curves: Curves) -> list[tuple[int, int]]:
-    """All (r, j), j 1-based, by survival descending; ties: smaller j first, then smaller r."""
-    return sorted(((r, j) for r, a in enumerate(curves) for j in range(1, len(a) + 1)),
-                  key=lambda rj: (-curves[rj[0]][rj[1] - 1], rj[1], rj[0]))
+def _ranked(curves: Curves):
+    """(r, j, a_j) by a_j descending, ties smaller j then smaller r first: a k-way merge of the
+    chains (each non-increasing), so that request r's a_{j+1} is asked for only once its
+    (r, j) has been taken."""
+    heap = [(-a, 1, r) for r, c in enumerate(curves) if (a := at(c, 1)) is not None]
+    heapq.heapify(heap)
+    while heap:
+        neg, j, r = heapq.heappop(heap)
+        yield r, j, -neg
+        if (a := at(curves[r], j + 1)) is not None:
+            heapq.heappush(heap, (-a, j + 1, r))
 
 
 def algorithm1(curves: Curves, sps: SPS, early_break: bool = True) -> list[int]:
@@ -66,10 +105,10 @@ def algorithm1(curves: Curves, sps: SPS, early_break: bool = True) -> list[int]:
         return lengths
     b, tau = R, float(R)
     best, chosen = tau * sps(b), list(lengths)
-    for r, j in _order(curves):
+    for r, j, a in _ranked(curves):
         lengths[r] = j
         b += 1
-        tau += curves[r][j - 1]
+        tau += a
         theta = tau * sps(b)
         if theta > best:
             best, chosen = theta, list(lengths)
@@ -82,8 +121,12 @@ def top_k(curves: Curves, k: int) -> list[int]:
     """The k best (r, j) by survival (ties smaller j first): a prefix of each request, since
     survival never rises along a chain."""
     lengths = [0] * len(curves)
-    for r, j in _order(curves)[:max(0, k)]:
-        lengths[r] = max(lengths[r], j)
+    if k <= 0:
+        return lengths
+    for n, (r, j, _) in enumerate(_ranked(curves), 1):
+        lengths[r] = j
+        if n == k:
+            break
     return lengths
 
 
@@ -132,27 +175,33 @@ class Scheduler:
     history: list[list[list[float]]] = field(default_factory=list)
 
     def decide(self, curves: Curves, sps: SPS) -> Decision:
-        curves = [list(a) for a in curves]
-        self.history = (self.history + [curves])[-3:]
-        return decide(self.policy, curves, sps, self.history[0] if len(self.history) == 3 else None)
+        old = self.history[-2] if len(self.history) >= 2 else None
+        d = decide(self.policy, curves, sps, old)
+        self.history = (self.history + [d.curves])[-2:]
+        return d
 
 
 def decide(policy: Policy, curves: Curves, sps: SPS, old: Curves | None = None) -> Decision:
     """The verify lengths for one step. `old`: dspark-prod's curves from two steps before."""
     kind = policy.kind
+    curves = [_Asked(c) if hasattr(c, "a") else c for c in curves]
     if kind == "fixed":
         g = int(policy.value)
-        lengths = [min(g, len(a)) for a in curves]
+        lengths = [next((j - 1 for j in range(1, g + 1) if at(c, j) is None), g) for c in curves]
         return _decision(curves, lengths, [f"fixed: {g} per request"] * len(curves), sps)
     if kind == "threshold":
         t = policy.value
-        lengths = [next((j for j, x in enumerate(a) if x < t), len(a)) for a in curves]
-        reasons = [f"a_{n + 1} = {a[n]:.2f} < {t:g}" if n < len(a) else f"all a_j >= {t:g}"
-                   for a, n in zip(curves, lengths)]
+        lengths, reasons = [], []
+        for c in curves:
+            j = 1
+            while (a := at(c, j)) is not None and a >= t:
+                j += 1
+            lengths.append(j - 1)
+            reasons.append(f"a_{j} = {a:.2f} < {t:g}" if a is not None else f"all a_j >= {t:g}")
         return _decision(curves, lengths, reasons, sps)
     if kind == "dspark" or (kind == "dspark-prod" and old is None):
         lengths = algorithm1(curves, sps)
-        floor = min((a[n - 1] for a, n in zip(curves, lengths) if n), default=None)
+        floor = min((at(c, n) for c, n in zip(curves, lengths) if n), default=None)
         why = "Algorithm 1" + (" (no history yet)" if kind == "dspark-prod" else "") + \
             (f": slots down to a_j = {floor:.2f}" if floor is not None else ": no draft pays")
         return _decision(curves, lengths, [why] * len(curves), sps)
