@@ -7,8 +7,9 @@ layers). Entry input = fc_in(cat(emb, g)). The draft block is one forward of K e
 root entry (real feature, root token; cached for good) and K-1 mask entries (a learned shared
 hidden state and a learned mask-token embedding) at the next positions, causal among
 themselves; entry k's output predicts draft token k+1. Draft tokens never feed back, so
-sampled drafts use each position's own row (lossless residuals). Under greedy decoding with the target's cost model (auto_budget), only the prefix of the K tokens
-worth its verify time goes to the target, as for the `draft` chain.
+sampled drafts use each position's own row (lossless residuals). Under greedy decoding with
+the target's cost model (auto_budget), only the prefix of the K tokens worth its verify time
+goes to the target, as for the `draft` chain.
 Loss: sum_k 0.8^k * soft CE.
 """
 from __future__ import annotations
