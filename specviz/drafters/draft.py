@@ -3,10 +3,10 @@ and tied LM head, distilled from the target; chain drafting with its own KV cach
 
 Boundary: the model, its drafter and `load_draft_lm` (the same weights as a plain
 transformers LlamaForCausalLM with the full vocabulary, for HF `assistant_model`). Training
-(train/draft.py) starts the layers as a copy of target layers (the first and the last), so distillation starts
-from a working model. Only the layers and the final norm are shipped; the embedding is the
-target's. Our drafter computes logits over a reduced draft vocabulary (the target's rows), which
-keeps a draft step far cheaper than the 49152-row head.
+(train/draft.py) starts the layers as a copy of target layers (the first and the last), so
+distillation starts from a working model. Only the layers and the final norm are shipped; the
+embedding is the target's. Our drafter computes logits over a reduced draft vocabulary (the
+target's rows), which keeps a draft step far cheaper than the 49152-row head.
 """
 from __future__ import annotations
 

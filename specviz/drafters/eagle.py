@@ -2,10 +2,10 @@
 (strategy `eagle2`, dynamic tree). ALGORITHMS.md §2.
 
 Boundary: the head and its drafter (training: train/heads.py). Entry i:
-fc(cat(emb(t_{i+1}), f_i)) -> one decoder layer -> f̂_{i+1}, the predicted final normed target feature (hidden_states[30]); logits
-come from the target's frozen LM head rows of the draft vocabulary (a CPU-speed choice: the full
-49152-row head would cost more than the head itself). Training: SmoothL1(f̂, f) + 0.1 * soft CE,
-uniform noise on the input features.
+fc(cat(emb(t_{i+1}), f_i)) -> one decoder layer -> f̂_{i+1}, the predicted final normed target
+feature (hidden_states[30]); logits come from the target's frozen LM head rows of the draft
+vocabulary (a CPU-speed choice: the full 49152-row head would cost more than the head itself).
+Training: SmoothL1(f̂, f) + 0.1 * soft CE, uniform noise on the input features.
 """
 from __future__ import annotations
 
