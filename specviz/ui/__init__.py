@@ -1,5 +1,6 @@
-"""The Gradio app: five tabs wired to the engine (Playground, Compare) and to recorded traces
-(Learn, Replay), plus the model overview and the `/speculate` API.
+"""The Gradio app: tabs wired to the engine (Playground, Compare, Serving) and to recorded
+traces (Learn, Replay), the model overview, and the `/speculate` API (batchable calls share the
+app's batched engine, batcher.py).
 
 Boundary: `build(target)` returns the Blocks; theme and css are handed to `launch()` by app.py.
 The target is loaded once per process and shared; everything per user lives in gr.State.
