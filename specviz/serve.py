@@ -15,10 +15,10 @@ from typing import Any, Callable
 import torch
 
 from specviz import events as ev
-from specviz import metrics, runner, serving_metrics, strategies
+from specviz import runner, serving_metrics, strategies
 from specviz.bench import Prompt, greedy_match
 from specviz.engine.batch import Incoming, serve
-from specviz.engine.decode import BadRequest, GenSettings, run
+from specviz.engine.decode import BadRequest, GenSettings
 from specviz.engine.drafter import Drafter
 from specviz.engine.scheduler import parse_policy
 from specviz.engine.sps import SpsCurve, profile
@@ -45,16 +45,12 @@ def batch_drafter(target: Target, strategy: str, overrides: dict[str, str] | Non
         strategies.spec(strategy)          # an unknown id: the registry's message
         raise BadRequest(f"the batched engine verifies chains; {strategy!r} drafts trees. "
                          f"Choose from: {', '.join(FULL_CHAIN)}")
-    settings = strategies.parse_settings(strategy, overrides)
-    if settings is not None:
-        names = {f.name for f in dataclasses.fields(settings)}
-        settings = dataclasses.replace(settings, **{k: v for k, v in FULL_CHAIN[strategy].items()
-                                                    if k in names})
-    drafter = strategies.drafter_for(target, strategy, settings)
-    kind = "none" if drafter is None else "uncalibrated"
-    if strategy == "dspark" and getattr(settings, "markov", True):
+    spec = runner.prepare(target, strategy=strategy, prompt_ids=[], gen=GenSettings(),
+                          overrides={**(overrides or {}), **FULL_CHAIN[strategy]})
+    kind = "none" if spec.drafter is None else "uncalibrated"
+    if strategy == "dspark" and getattr(spec.settings, "markov", True):
         kind = "calibrated"
-    return drafter, kind, strategies.settings_dict(settings)
+    return spec.drafter, kind, spec.settings_dict
 
 
 def arrivals(pattern: str, n: int, seed: int) -> list[float]:
@@ -100,7 +96,8 @@ def ar_reference(target: Target, requests: list[Incoming]) -> dict[int, list[int
     for x in requests:
         key = (tuple(x.prompt_ids), x.settings.max_new_tokens)
         if key not in refs:
-            refs[key] = metrics.token_ids(run(target, x.prompt_ids, x.settings))
+            refs[key] = runner.generate(target, strategy="ar", prompt_ids=x.prompt_ids,
+                                        gen=x.settings).token_ids
         out[x.id] = refs[key]
     return out
 

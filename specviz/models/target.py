@@ -175,7 +175,6 @@ class Target:
         bool, True where query i may attend to cache slot or new token j; every query must see
         at least itself. It becomes a float additive mask (DESIGN.md §3.4: never a boolean one).
         Logits for all k rows; taps as in `forward`."""
-        k = len(tokens)
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
         pos = torch.tensor([positions], dtype=torch.long, device=self.device)
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
