@@ -2,22 +2,22 @@
 BatchEngine per strategy, stepped by one worker thread (continuous batching across users).
 
 Boundary: `submit` -> a Ticket with its own event queue; `cancel` takes it out between steps.
-The worker admits new requests between steps, steps every engine that has members, and routes
-to each ticket its own events (RequestJoined, RequestStepped, RequestFinished) and the batch's
-BatchScheduled / BatchVerified of the steps it took part in; a ticket's queue ends with None.
-Batchable: a chain strategy of `serve.FULL_CHAIN` with its default settings; the verify lengths
-are DSpark's Algorithm 1 on the target's SPS curve (measured once, then cached). The engine
-work is engine/batch.py; no UI imports here.
+The worker admits new requests between steps, steps every engine that has members, and gives
+each ticket the events a single run of its request would emit (its RunStarted, per step
+DraftProposed .. KVUpdated as the engine tells that request's part, RunFinished), so the
+single-run views, metrics and API contract serve it unchanged. A ticket's queue ends with None. Batchable: a chain strategy of `serve.FULL_CHAIN` at its
+default settings; the verify lengths are DSpark's Algorithm 1 on the target's SPS curve
+(measured once, then cached). The engine work is engine/batch.py; no UI imports here.
 """
 from __future__ import annotations
 
 import itertools
 import queue
 import threading
-import time
 from dataclasses import dataclass, field
 
 from specviz import events as ev
+from specviz import metrics, strategies
 from specviz.engine.batch import BatchEngine
 from specviz.engine.decode import GenSettings, check_prompt
 from specviz.engine.scheduler import parse_policy
@@ -33,8 +33,8 @@ class Ticket:
     """One request in the shared batch: its id and its events as they happen (then None)."""
     id: int
     strategy: str
+    run: list[ev.Event]                   # its single-run events so far, RunStarted first
     events: queue.Queue = field(default_factory=queue.Queue)
-    submitted: float = field(default_factory=time.perf_counter)
 
 
 class Batcher:
@@ -51,18 +51,21 @@ class Batcher:
         self._sps = sps
 
     @staticmethod
-    def batchable(strategy: str, settings: dict | None = None) -> bool:
-        """A chain strategy the batched engine serves, asked for with no settings of its own."""
-        return strategy in FULL_CHAIN and not settings
+    def batchable(strategy: str, settings=None) -> bool:
+        """A chain strategy the batched engine serves, at its default settings (`settings`: the
+        strategy's settings dataclass, or None)."""
+        return strategy in FULL_CHAIN and (settings is None
+                                           or settings == strategies.parse_settings(strategy))
 
-    def submit(self, strategy: str, prompt_ids: list[int], gen: GenSettings) -> Ticket:
-        """Queue a request for the next step boundary (BadRequest / ValueError at once for a
-        request the engine would refuse)."""
+    def submit(self, started: ev.RunStarted, gen: GenSettings) -> Ticket:
+        """Queue a request (its RunStarted: strategy and prompt) for the next step boundary;
+        BadRequest / ValueError at once for a request the engine would refuse."""
+        strategy, prompt_ids = started.strategy, started.prompt_ids
         if not self.batchable(strategy):
             raise ValueError(f"{strategy!r} is not served by the shared batch")
         gen.check()
         check_prompt(self.target, prompt_ids, gen)
-        ticket = Ticket(next(self._ids), strategy)
+        ticket = Ticket(next(self._ids), strategy, [started])
         with self._cv:
             self._joins.append((ticket, list(prompt_ids), gen))
             if self._thread is None:
@@ -110,39 +113,41 @@ class Batcher:
                 engine = BatchEngine(self.target, drafter, self.policy, self._sps)
                 self._engines[ticket.strategy] = engine
             self._tickets[ticket.id] = ticket
-            ticket.events.put(engine.join(ticket.id, ids, gen))
+            engine.join(ticket.id, ids, gen, views=True)
+            ticket.events.put(ticket.run[0])
         except Exception as exc:  # noqa: BLE001 - the caller sees it as its request's error
             self._tickets.pop(ticket.id, None)
             ticket.events.put(exc)
             self._end(ticket)
 
     def _step(self, strategy: str, engine: BatchEngine) -> None:
-        members = [m.id for m in engine.members]
+        members = list(engine.members)
         try:
-            self._route(engine.step())
+            events = engine.step()
         except Exception as exc:  # noqa: BLE001 - every request of this batch fails with it
             del self._engines[strategy]  # its cache may be half-updated: start a fresh one
-            for rid in members:
+            for rid in (m.id for m in members):
                 ticket = self._tickets.pop(rid, None)
                 if ticket is not None:
                     ticket.events.put(exc)
                     self._end(ticket)
+            return
+        for m in members:                # each request's step, then who finished
+            ticket = self._tickets.get(m.id)
+            if ticket is not None and m.views:
+                ticket.run += m.views
+                for e in m.views:
+                    ticket.events.put(e)
+        self._route(events)
 
     def _route(self, events: list[ev.Event]) -> None:
-        step_members: list[int] = []
+        """A request that left the batch (finished or cancelled): its RunFinished, then the end."""
         for e in events:
-            if isinstance(e, ev.BatchScheduled):
-                step_members = list(e.requests)
-                targets = step_members
-            elif isinstance(e, ev.BatchVerified):
-                targets = step_members
-            else:
-                targets = [e.request]
-            for rid in targets:
-                if rid in self._tickets:
-                    self._tickets[rid].events.put(e)
             if isinstance(e, ev.RequestFinished) and e.request in self._tickets:
-                self._end(self._tickets.pop(e.request))
+                ticket = self._tickets.pop(e.request)
+                ticket.events.put(metrics.finish(ticket.run, e.stop_reason, e.text,
+                                                 e.t - e.joined_t))
+                self._end(ticket)
 
     @staticmethod
     def _end(ticket: Ticket) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 from specviz import events as ev
 from specviz import metrics, strategies
-from specviz.engine.decode import BadRequest, GenSettings, run
+from specviz.engine.decode import BadRequest, GenSettings, run, run_started
 from specviz.engine.drafter import Drafter
 from specviz.models.target import Target
 
@@ -68,6 +68,12 @@ def prepare(target: Target, *, strategy: str, prompt_ids: list[int], gen: GenSet
     drafter = strategies.drafter_for(target, strategy, settings)
     gen.check()
     return RunSpec(strategy, list(prompt_ids), gen, settings, drafter)
+
+
+def started(target: Target, spec: RunSpec) -> ev.RunStarted:
+    """The RunStarted event of a prepared request (the batched engine's requests need it)."""
+    return run_started(target, spec.prompt_ids, spec.gen, spec.strategy, spec.settings_dict,
+                       spec.strategy if spec.drafter is not None else None)
 
 
 def events(target: Target, spec: RunSpec, cancel: threading.Event | None = None

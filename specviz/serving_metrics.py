@@ -90,36 +90,3 @@ def replay(events: list[Event]) -> dict[str, Any]:
         bad = [k for k in TOTAL_KEYS if getattr(again, k) != getattr(fin, k)]
         raise TraceError(f"trace totals do not match its steps (differs in {', '.join(bad)})")
     return {"strategy": start.strategy, "policy": start.policy} | report(events)
-
-
-def request_tokens(events: list[Event]) -> list[int]:
-    """One request's new tokens so far, from its RequestStepped events."""
-    return [t for e in events if isinstance(e, RequestStepped) for t in e.new_tokens]
-
-
-def request_metrics(events: list[Event], wall_s: float) -> dict[str, Any]:
-    """The single-run contract metrics (metrics.CONTRACT_KEYS) of one request served in a batch,
-    from its own events (its RequestStepped, and the BatchScheduled / BatchVerified of the steps
-    it took part in): target_forwards counts the batched forwards it rode in; draft_s and
-    verify_s are those whole steps' times; wall_s is the caller's (queueing included)."""
-    stepped = [e for e in events if isinstance(e, RequestStepped)]
-    new = sum(len(e.new_tokens) for e in stepped)
-    offered: list[int] = []
-    hit: list[int] = []
-    for e in stepped:
-        for j in range(e.verify_len):
-            if j == len(offered):
-                offered.append(0)
-                hit.append(0)
-            offered[j] += 1
-            hit[j] += j < e.n_accepted
-    fin = next((e for e in events if isinstance(e, RequestFinished)), None)
-    return {"new_tokens": new, "wall_s": wall_s,
-            "tokens_per_s": new / wall_s if wall_s > 0 else 0.0,
-            "target_forwards": len(stepped),
-            "mean_accepted_length": new / len(stepped) if stepped else 0.0,
-            "acceptance_by_position": [h / o for h, o in zip(hit, offered)],
-            "draft_s": sum(e.draft_s for e in events if isinstance(e, BatchScheduled)),
-            "verify_s": sum(e.verify_s for e in events if isinstance(e, BatchVerified)),
-            "stop_reason": fin.stop_reason if fin else "running", "batched": True}
-

@@ -27,7 +27,7 @@ import torch
 
 from specviz import events as ev
 from specviz import serving_metrics
-from specviz.engine.decode import GenSettings, Request, check_prompt
+from specviz.engine.decode import GenSettings, Request, check_prompt, target_probs
 from specviz.engine.drafter import Drafter
 from specviz.engine.sampling import probs
 from specviz.engine.scheduler import Policy, Scheduler
@@ -63,6 +63,9 @@ class Member:
     req: Request
     length: int = 0           # slots it owns = its committed tokens in the cache (root excluded)
     joined_t: float = 0.0
+    # the single-run step events of its last step (DraftProposed .. KVUpdated, times from its
+    # join), for a caller that draws it with the single-run views; None: not asked for
+    views: list[ev.Event] | None = None
 
 
 @dataclass
@@ -90,8 +93,10 @@ class BatchEngine:
     def clock(self) -> float:
         return time.perf_counter() - self.t0
 
-    def join(self, rid: int, prompt_ids: list[int], settings: GenSettings) -> ev.RequestJoined:
-        """Prefill the prompt alone and append its keys/values to the shared row."""
+    def join(self, rid: int, prompt_ids: list[int], settings: GenSettings,
+               views: bool = False) -> ev.RequestJoined:
+        """Prefill the prompt alone and append its keys/values to the shared row. views: also
+        keep the request's single-run step events each step (`Member.views`)."""
         settings.check()
         check_prompt(self.target, prompt_ids, settings)
         if any(m.id == rid for m in self.members) or rid < 0:
@@ -99,7 +104,7 @@ class BatchEngine:
         req = Request(list(prompt_ids), settings, root=prompt_ids[-1],
                       generator=None if settings.sampling.greedy
                       else torch.Generator().manual_seed(settings.seed))
-        member = Member(rid, req, joined_t=self.clock())
+        member = Member(rid, req, joined_t=self.clock(), views=[] if views else None)
         feats: dict[int, torch.Tensor] = {}
         if len(prompt_ids) > 1:
             own = self.target.new_cache()
@@ -163,13 +168,14 @@ class BatchEngine:
         drafted = self._draft()
         d = self.scheduler.decide([x if hasattr(x, "a") else survival(x) for x in drafted],
                                   self.sps)
+        draft_s = time.perf_counter() - t
         trees = [x.chain(n) if hasattr(x, "a") else x.truncate(n)
                  for x, n in zip(drafted, d.lengths)]
         out: list[ev.Event] = [ev.BatchScheduled(
             step=self.steps, requests=[m.id for m in self.members], survival=d.curves,
             verify_lens=d.lengths, reasons=d.reasons, expected_tokens=d.expected_tokens,
             batch_tokens=d.batch_tokens, sps_point=[float(d.batch_tokens), d.sps],
-            draft_s=time.perf_counter() - t, budget=d.budget, t=self.clock())]
+            draft_s=draft_s, budget=d.budget, t=self.clock())]
 
         # verify: the chains packed back to back, each at its own positions, in one forward
         t = time.perf_counter()
@@ -188,11 +194,14 @@ class BatchEngine:
         fwd = self.target.forward_packed(tokens, positions, allowed, self.cache, taps)
         new_owner = torch.full((k,), -1)
         stepped, finished = [], []
-        for m, full, tr, s in zip(list(self.members), drafted, trees, starts):
+        verify_s = time.perf_counter() - t
+        for i, (m, full, tr, s) in enumerate(zip(list(self.members), drafted, trees, starts)):
             r = m.req
             sp = r.settings.sampling
             logits = fwd.logits[s:s + len(tr)]
-            verdict = verify(tr, logits if sp.greedy else probs(logits, sp), sp, r.generator)
+            p_rows = logits if sp.greedy else probs(logits, sp)
+            verdict = verify(tr, p_rows, sp, r.generator)
+            past, d_before = m.length, self._drafter_len(m)
             new = [tr.tokens[i] for i in verdict.path[1:]] + [verdict.token]
             new = new[:r.settings.max_new_tokens - len(r.output)]
             eos = next((i for i, tok in enumerate(new) if tok in self.target.eos_ids), None)
@@ -206,6 +215,9 @@ class BatchEngine:
                 self.drafter.commit(r.drafter_state, [tr.tokens[i] for i in verdict.path],
                                     {j: f.index_select(0, idx.to(f.device)) for j, f in fwd.taps.items()})
             r.root = new[-1]
+            if m.views is not None:
+                m.views = self._views(m, full, tr, logits, p_rows, verdict, new, past, d_before,
+                                      d, i, draft_s / len(trees), verify_s)
             stepped.append(ev.RequestStepped(
                 step=self.steps, request=m.id,
                 drafted=list(full.toks) if hasattr(full, "a") else full.tokens[1:],
@@ -226,6 +238,46 @@ class BatchEngine:
         out += stepped
         out += [self.leave(m, reason) for m, reason in finished]
         return out
+
+    def _drafter_len(self, m: Member) -> int | None:
+        return self.drafter.cache_len(m.req.drafter_state) if self.drafter else None
+
+    def _views(self, m: Member, full, tr: DraftTree, logits: torch.Tensor, p_rows: torch.Tensor,
+               verdict, new: list[int], past: int, d_before: int | None, d, i: int,
+               draft_s: float, verify_s: float) -> list[ev.Event]:
+        """The member's step as a single run would tell it (decode.step's events), so the
+        single-run views draw a batched request too. Times are shares of the batch's step:
+        drafting split evenly, the whole shared verify."""
+        r, tgt = m.req, self.target
+        whole = full.chain(len(full.toks)) if hasattr(full, "a") else full
+        t = self.clock() - m.joined_t
+        a = d.curves[i]
+        argmax = logits.argmax(-1).tolist()
+        par = tr.parents
+        kept = [past + j for j in verdict.path]
+        return [
+            ev.DraftProposed(step=r.step, tokens=whole.tokens, pieces=tgt.pieces(whole.tokens),
+                             parents=whole.parents, depths=whole.depths, q=whole.q,
+                             confidence=whole.confidence, draft_s=draft_s,
+                             fallback=whole.fallback, note=whole.note, t=t),
+            ev.ScheduleDecided(step=r.step, survival=list(a),
+                               confidence=[x / prev if prev else 0.0
+                                           for x, prev in zip(a, [1.0, *a[:-1]])],
+                               verify_len=d.lengths[i], reason=d.reasons[i],
+                               sps_point=[float(d.batch_tokens), d.sps], t=t),
+            ev.Verified(step=r.step,
+                        p=[None] + target_probs(logits, p_rows, tr, r.settings.sampling.greedy),
+                        argmax=[None] + [argmax[par[j]] for j in range(1, len(tr))],
+                        argmax_pieces=[None] + [tgt.piece(argmax[par[j]])
+                                                for j in range(1, len(tr))],
+                        draw=verdict.draws, verify_s=verify_s, input_tokens=len(tr), t=t),
+            ev.Accepted(step=r.step, path=verdict.path, n_accepted=len(verdict.path) - 1,
+                        token=verdict.token, piece=tgt.piece(verdict.token), source=verdict.source,
+                        new_tokens=new, t=t),
+            ev.KVUpdated(step=r.step, target_before=past + len(tr), target_after=m.length,
+                         kept=kept,
+                         dropped=[x for x in range(past, past + len(tr)) if x not in kept],
+                         drafter_before=d_before, drafter_after=self._drafter_len(m), t=t)]
 
     def _tidy(self) -> None:
         """Crop dead slots at the tail; compact the row when too many are dead."""

@@ -78,6 +78,16 @@ def check_prompt(target: Target, prompt_ids: list[int], settings: GenSettings) -
                          f"{target.max_len} tokens")
 
 
+def run_started(target: Target, prompt_ids: list[int], settings: GenSettings, strategy: str,
+                strategy_settings: dict | None, drafter_id: str | None) -> ev.RunStarted:
+    """A run's first event (also for a request served in a batch, batcher.py)."""
+    return ev.RunStarted(
+        strategy=strategy, settings=asdict(settings) | (strategy_settings or {}),
+        target_id=target.model_id, drafter_id=drafter_id, device=str(target.device),
+        dtype=str(target.dtype).replace("torch.", ""), prompt_ids=list(prompt_ids),
+        prompt_pieces=target.pieces(prompt_ids), seed=settings.seed)
+
+
 def run(target: Target, prompt_ids: list[int], settings: GenSettings, drafter: Drafter | None = None,
         strategy: str = "ar", strategy_settings: dict | None = None, drafter_id: str | None = None,
         cancel: threading.Event | None = None) -> Iterator[ev.Event]:
@@ -94,11 +104,7 @@ def run(target: Target, prompt_ids: list[int], settings: GenSettings, drafter: D
         emitted.append(e)
         return e
 
-    yield emit(ev.RunStarted(
-        strategy=strategy, settings=asdict(settings) | (strategy_settings or {}),
-        target_id=target.model_id, drafter_id=drafter_id, device=str(target.device),
-        dtype=str(target.dtype).replace("torch.", ""), prompt_ids=list(prompt_ids),
-        prompt_pieces=target.pieces(prompt_ids), seed=settings.seed))
+    yield emit(run_started(target, prompt_ids, settings, strategy, strategy_settings, drafter_id))
 
     req = Request(list(prompt_ids), settings, cache=target.new_cache(), root=prompt_ids[-1],
                   generator=None if sp.greedy else torch.Generator().manual_seed(settings.seed))

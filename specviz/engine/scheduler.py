@@ -202,8 +202,9 @@ def decide(policy: Policy, curves: Curves, sps: SPS, old: Curves | None = None) 
     if kind == "dspark" or (kind == "dspark-prod" and old is None):
         lengths = algorithm1(curves, sps)
         floor = min((at(c, n) for c, n in zip(curves, lengths) if n), default=None)
-        why = "Algorithm 1" + (" (no history yet)" if kind == "dspark-prod" else "") + \
-            (f": slots down to a_j = {floor:.2f}" if floor is not None else ": no draft pays")
+        why = "hardware-aware scheduler: Algorithm 1 over the batch" + \
+            (" (no history yet)" if kind == "dspark-prod" else "") + \
+            (f", slots down to a_j = {floor:.2f}" if floor is not None else ", no draft pays")
         return _decision(curves, lengths, [why] * len(curves), sps)
     if kind == "dspark-prod":
         k = sum(algorithm1(old, sps))

@@ -13,16 +13,17 @@ import gradio as gr
 
 from specviz import strategies
 from specviz.batcher import Batcher
-from specviz.ui import api, compare, guide, learn, playground, replay, serving
+from specviz.ui import api, compare, guide, learn, playground, replay, serving, session
 
 CSS = Path(__file__).resolve().parents[2] / "assets" / "app.css"
 THEME = gr.themes.Soft(primary_hue="indigo", secondary_hue="green")
-API_CONCURRENCY = 16     # API calls at once (a classroom's worth share the batch)
 
 
 def build(target, gpu=lambda f: f) -> gr.Blocks:
     """gpu: a decorator for functions that run the engine (spaces.GPU on a ZeroGPU Space)."""
     unavailable = strategies.available(target)
+    # one shared batch per app: Playground users and API callers with batchable requests
+    batcher = Batcher(target)
     with gr.Blocks(title="specviz — speculative decoding, step by step",
                    delete_cache=(3600, 3600)) as demo:   # hourly: drop cached files over 1 h
         gr.Markdown("# specviz — see and measure speculative decoding\n"
@@ -31,7 +32,7 @@ def build(target, gpu=lambda f: f) -> gr.Blocks:
                     "is exactly the target's.", elem_id="sv-title")
         with gr.Tabs():
             with gr.Tab("Playground", id="playground"):
-                playground.build(target, unavailable, gpu)
+                playground.build(target, unavailable, batcher, gpu)
             with gr.Tab("Compare", id="compare"):
                 compare.build(target, unavailable, gpu)
             with gr.Tab("Serving", id="serving"):
@@ -42,13 +43,12 @@ def build(target, gpu=lambda f: f) -> gr.Blocks:
                 replay.build()
             with gr.Tab("Models & guide", id="guide"):
                 guide.build(target, unavailable)
-        # API callers queue on their own: batchable requests share one batched engine, the
-        # others take one of session.SINGLE_RUNS
-        speculate, speculate_stream = api.make(target, Batcher(target), gpu)
+        # API callers queue on their own: batchable requests share the batch (session.py)
+        speculate, speculate_stream = api.make(target, batcher, gpu)
         gr.api(speculate, api_name="speculate", concurrency_id="api",
-               concurrency_limit=API_CONCURRENCY)
+               concurrency_limit=session.USERS_AT_ONCE)
         gr.api(speculate_stream, api_name="speculate_stream", concurrency_id="api",
-               concurrency_limit=API_CONCURRENCY)
+               concurrency_limit=session.USERS_AT_ONCE)
     return demo
 
 

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from specviz import metrics, serving_metrics
+from specviz import metrics
 from specviz.batcher import Batcher
 from specviz.events import RunFinished
 from specviz.ui import session
@@ -27,19 +27,13 @@ def make(target, batcher: Batcher, gpu=lambda f: f):
                 every_s: float) -> Iterator[tuple[str, dict[str, Any]]]:
         req = session.prepare(target, prompt=prompt, strategy=strategy,
                               max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
-        cancel = threading.Event()
-        if batcher.batchable(req.strategy):
-            for events, wall_s in session.stream_batched(batcher, req, cancel, every_s):
-                yield (target.decode(serving_metrics.request_tokens(events)),
-                       serving_metrics.request_metrics(events, wall_s))
-            return
-        with session.SINGLE_RUNS:
-            for events in session.stream(target, req, cancel, every_s):
-                fin = events[-1]
-                m = (metrics.from_finished(fin) if isinstance(fin, RunFinished) else
-                     {k: v for k, v in metrics.summarize(events).items()
-                      if k in metrics.CONTRACT_KEYS})
-                yield target.decode(metrics.token_ids(events)), m
+        batched = batcher.batchable(req.strategy, req.settings)
+        for events in session.stream(target, req, threading.Event(), every_s, batcher):
+            fin = events[-1]
+            m = (metrics.from_finished(fin) if isinstance(fin, RunFinished) else
+                 {k: v for k, v in metrics.summarize(events).items()
+                  if k in metrics.CONTRACT_KEYS})
+            yield target.decode(metrics.token_ids(events)), m | {"batched": batched}
 
     @gpu
     def speculate(prompt: str, strategy: str = "ngram", max_new_tokens: int = 64,
@@ -55,7 +49,7 @@ def make(target, batcher: Batcher, gpu=lambda f: f):
         Returns:
             the generated text, and the metrics: new_tokens, wall_s, tokens_per_s,
             target_forwards, mean_accepted_length, acceptance_by_position, draft_s, verify_s
-            (plus stop_reason; `batched: true` when the request shared the app's batch).
+            (plus other_s, stop_reason, and `batched`: whether it shared the app's batch).
         """
         try:
             out = ("", {})

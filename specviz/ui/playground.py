@@ -1,6 +1,7 @@
 """The Playground tab: one prompt, one strategy and its settings, live per-step views.
 
-Boundary: form -> session.stream -> Views.render. Stop sets the run's threading.Event (looked
+Boundary: form -> session.stream (a batchable request rides in the app's shared batch) ->
+Views.render. Stop sets the run's threading.Event (looked
 up by the browser session), so the engine stops at the next step boundary. Per-session state:
 the run's events and this session's measured `ar` speeds (for "speedup vs ar").
 """
@@ -15,6 +16,7 @@ import gradio as gr
 from specviz import strategies
 from specviz.events import RunFinished, write_trace
 from specviz.runner import RunSpec
+from specviz.batcher import Batcher
 from specviz.bench import read_prompts
 from specviz.events import TraceError
 from specviz.ui import downloads, replay, session, views
@@ -133,7 +135,7 @@ def save_trace(events) -> str | None:
     return str(path)
 
 
-def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
+def build(target, unavailable: dict[str, str | None], batcher: Batcher, gpu=lambda f: f) -> None:
     with gr.Row():
         with gr.Column(scale=2):
             prompt = gr.Textbox(DEFAULT_PROMPT, lines=3, label="prompt", elem_id="pg-prompt")
@@ -188,7 +190,7 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
             # are dimmed instead, see views.render).
             yield {message: message_html("Running…", "info"), **v.render([], text_only=True),
                    events_state: [], ref: None, trace_file: None}
-            for n, events in enumerate(session.stream(target, req, cancel)):
+            for n, events in enumerate(session.stream(target, req, cancel, batcher=batcher)):
                 yield {**v.render(events, None, ar_speeds.get(key), text_only=n == 0),
                        events_state: events}
             fin = events[-1] if events else None
@@ -205,7 +207,8 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
     run_btn.click(go, [prompt, chat, strategy, settings, max_new, temperature, top_p, seed,
                        ar_speeds_state],
                   [message, *v.outputs, events_state, ar_speeds_state, ref, trace_file],
-                  concurrency_id="engine", concurrency_limit=session.ENGINE_CONCURRENCY, api_visibility="private")
+                  concurrency_id="playground", concurrency_limit=session.USERS_AT_ONCE,
+                  api_visibility="private")
     stop_btn.click(stop, None, message, queue=False, api_visibility="private")
     v.slider.release(lambda ev, s, r: v.render(ev, s, r, slider=False) if ev else {},
                      [events_state, v.slider, ref], v.outputs[:-1], queue=False,

@@ -19,12 +19,13 @@ from specviz import metrics, runner, strategies
 from specviz.batcher import Batcher
 from specviz.drafters.base import DrafterUnavailable
 from specviz.engine.decode import BadRequest, GenSettings
-from specviz.events import Event, KVUpdated, RequestStepped, RunFinished
+from specviz.events import Event, KVUpdated, RunFinished
 from specviz.runner import RunSpec
 
 ENGINE_CONCURRENCY = 2   # engine runs at once per process (Gradio concurrency_id "engine")
-# single-request runs of API callers, who have their own Gradio queue (concurrency_id "api", as
-# batched requests share one engine): at most as many as the engine's own
+# Playground users and API callers wait in queues this wide (batchable requests share one
+# batched engine); their runs that cannot batch take one of SINGLE_RUNS
+USERS_AT_ONCE = 16
 SINGLE_RUNS = threading.BoundedSemaphore(ENGINE_CONCURRENCY)
 
 
@@ -66,26 +67,42 @@ def _friendly(exc: BaseException) -> UserError:
     return UserError(f"The run failed: {type(exc).__name__}: {exc}")
 
 
-def stream(target, req: RunSpec, cancel: threading.Event,
-           every_s: float = 0.25) -> Iterator[list[Event]]:
-    """Run in a worker thread; yield the events so far after the first step, then at most every
-    `every_s` seconds at a step boundary, and once at the end. Closing the iterator cancels."""
-    q: queue.Queue = queue.Queue()
-
-    def work() -> None:
+def stream(target, req: RunSpec, cancel: threading.Event, every_s: float = 0.25,
+           batcher: Batcher | None = None) -> Iterator[list[Event]]:
+    """The run's events so far: after the first step, then at most every `every_s` seconds at a
+    step boundary, and once at the end. A batchable request (given a `batcher`) rides in the
+    app's shared batch, which tells its steps as a single run would; any other runs alone in a
+    worker thread, at most ENGINE_CONCURRENCY at once. Setting `cancel` (or closing the iterator) stops it at a step boundary."""
+    ticket = None
+    if batcher is not None and batcher.batchable(req.strategy, req.settings):
         try:
-            for e in runner.events(target, req, cancel):
-                q.put(e)
-        except BaseException as exc:  # noqa: BLE001 - surfaced to the page as a message
-            q.put(exc)
-        q.put(None)
+            ticket = batcher.submit(runner.started(target, req), req.gen)
+        except (BadRequest, ValueError) as exc:
+            raise UserError(str(exc)) from None
+        q = ticket.events
+    else:
+        q = queue.Queue()
 
-    threading.Thread(target=work, daemon=True, name="specviz-run").start()
+        def work() -> None:
+            try:
+                with SINGLE_RUNS:
+                    for e in runner.events(target, req, cancel):
+                        q.put(e)
+            except BaseException as exc:  # noqa: BLE001 - surfaced to the page as a message
+                q.put(exc)
+            q.put(None)
+
+        threading.Thread(target=work, daemon=True, name="specviz-run").start()
     events: list[Event] = []
     last = 0.0
     try:
         while True:
-            item = q.get()
+            try:
+                item = q.get(timeout=0.1)
+            except queue.Empty:
+                if ticket is not None and cancel.is_set():
+                    batcher.cancel(ticket)
+                continue
             if item is None:
                 return
             if isinstance(item, BaseException):
@@ -101,39 +118,8 @@ def stream(target, req: RunSpec, cancel: threading.Event,
                 yield list(events)
     finally:
         cancel.set()
-
-
-def stream_batched(batcher: Batcher, req: RunSpec, cancel: threading.Event,
-                   every_s: float = 0.25) -> Iterator[tuple[list[Event], float]]:
-    """A batchable request through the shared batch: yield (its events so far, seconds since it
-    was submitted) after its first step, then at most every `every_s` seconds, and once at the
-    end. Setting `cancel` (or closing the iterator) takes it out of the batch."""
-    try:
-        ticket = batcher.submit(req.strategy, req.prompt_ids, req.gen)
-    except (BadRequest, ValueError) as exc:
-        raise UserError(str(exc)) from None
-    events: list[Event] = []
-    last = 0.0
-    try:
-        while True:
-            try:
-                item = ticket.events.get(timeout=0.1)
-            except queue.Empty:
-                if cancel.is_set():
-                    batcher.cancel(ticket)
-                continue
-            if item is None:
-                yield events, time.perf_counter() - ticket.submitted
-                return
-            if isinstance(item, BaseException):
-                raise _friendly(item)
-            events.append(item)
-            now = time.perf_counter()
-            if isinstance(item, RequestStepped) and (last == 0.0 or now - last >= every_s):
-                last = now
-                yield list(events), now - ticket.submitted
-    finally:
-        batcher.cancel(ticket)
+        if ticket is not None:
+            batcher.cancel(ticket)
 
 
 def race(target, reqs: list[RunSpec], cancel: threading.Event) -> Iterator[dict[str, list[Event]]]:
