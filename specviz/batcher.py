@@ -32,9 +32,12 @@ POLICY = "dspark"
 class Ticket:
     """One request in the shared batch: its id and its events as they happen (then None)."""
     id: int
-    strategy: str
     run: list[ev.Event]                   # its single-run events so far, RunStarted first
     events: queue.Queue = field(default_factory=queue.Queue)
+
+    @property
+    def started(self) -> ev.RunStarted:
+        return self.run[0]
 
 
 class Batcher:
@@ -43,7 +46,7 @@ class Batcher:
         self.target, self.policy = target, parse_policy(policy)
         self._cv = threading.Condition()
         self._engines: dict[str, BatchEngine] = {}
-        self._joins: list[tuple[Ticket, list[int], GenSettings]] = []
+        self._joins: list[tuple[Ticket, GenSettings]] = []
         self._cancels: set[int] = set()
         self._tickets: dict[int, Ticket] = {}
         self._ids = itertools.count()
@@ -60,14 +63,13 @@ class Batcher:
     def submit(self, started: ev.RunStarted, gen: GenSettings) -> Ticket:
         """Queue a request (its RunStarted: strategy and prompt) for the next step boundary;
         BadRequest / ValueError at once for a request the engine would refuse."""
-        strategy, prompt_ids = started.strategy, started.prompt_ids
-        if not self.batchable(strategy):
-            raise ValueError(f"{strategy!r} is not served by the shared batch")
+        if not self.batchable(started.strategy):
+            raise ValueError(f"{started.strategy!r} is not served by the shared batch")
         gen.check()
-        check_prompt(self.target, prompt_ids, gen)
-        ticket = Ticket(next(self._ids), strategy, [started])
+        check_prompt(self.target, started.prompt_ids, gen)
+        ticket = Ticket(next(self._ids), [started])
         with self._cv:
-            self._joins.append((ticket, list(prompt_ids), gen))
+            self._joins.append((ticket, gen))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, daemon=True,
                                                 name="specviz-batcher")
@@ -92,8 +94,8 @@ class Batcher:
                     self._cv.wait()
                 joins, self._joins = self._joins, []
                 cancels, self._cancels = self._cancels, set()
-            for ticket, ids, gen in joins:
-                self._join(ticket, ids, gen)
+            for ticket, gen in joins:
+                self._join(ticket, gen)
             for rid in cancels:
                 for engine in self._engines.values():
                     fin = engine.cancel(rid)
@@ -103,18 +105,19 @@ class Batcher:
                 if engine.members:
                     self._step(strategy, engine)
 
-    def _join(self, ticket: Ticket, ids: list[int], gen: GenSettings) -> None:
+    def _join(self, ticket: Ticket, gen: GenSettings) -> None:
+        strategy = ticket.started.strategy
         try:
-            engine = self._engines.get(ticket.strategy)
+            engine = self._engines.get(strategy)
             if engine is None:
                 if self._sps is None:
                     self._sps = profile(self.target)
-                drafter, _, _ = batch_drafter(self.target, ticket.strategy)
+                drafter, _, _ = batch_drafter(self.target, strategy)
                 engine = BatchEngine(self.target, drafter, self.policy, self._sps)
-                self._engines[ticket.strategy] = engine
+                self._engines[strategy] = engine
             self._tickets[ticket.id] = ticket
-            engine.join(ticket.id, ids, gen, views=True)
-            ticket.events.put(ticket.run[0])
+            engine.join(ticket.id, ticket.started.prompt_ids, gen, views=True)
+            ticket.events.put(ticket.started)
         except Exception as exc:  # noqa: BLE001 - the caller sees it as its request's error
             self._tickets.pop(ticket.id, None)
             ticket.events.put(exc)

@@ -10,11 +10,10 @@ runs' metrics of the current settings, for the comparison chart and table.
 from __future__ import annotations
 
 import dataclasses
-import queue
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import gradio as gr
 
@@ -113,40 +112,35 @@ def _text(p: Prompt) -> str:
     return p.prompt if isinstance(p.prompt, str) else str(p.prompt[-1].get("content", ""))
 
 
-def _work(target, s: Setup, out: queue.Queue, cancel: threading.Event) -> None:
-    """The worker thread: put (kind, label, payload) items, an exception, then None."""
-    try:
-        if not cache_file(target).is_file():
-            out.put(("note", "", "Measuring the SPS curve (once per model and device)…"))
-        sps = profile(target)
-        drafter, kind, settings = serving.batch_drafter(target, s.strategy)
-        incoming, names = serving.requests_of(target, s.prompts, s.requests,
-                                              s.gen.max_new_tokens, s.gen, s.arrival)
-        out.put(("requests", "", {x.id: f"{name}: {_text(s.prompts[x.id % len(s.prompts)])}"
-                                  for x, name in zip(incoming, names)}))
-        done: dict[str, list[Event]] = {}
-        for policy in s.policies:
-            out.put(("note", policy.id, f"Serving {len(incoming)} requests with {policy.id}…"))
-            events = done.setdefault(policy.id, [])
-            for e in serve(target, drafter, incoming, policy, sps, strategy=s.strategy,
-                           strategy_settings=settings, confidence=kind, sps_curve=sps.points(),
-                           seed=s.gen.seed):
-                events.append(e)
-                out.put(("event", policy.id, e))
-                if cancel.is_set():
-                    return
-        if s.check and s.gen.sampling.greedy:
-            out.put(("note", "", "Checking each request against its own ar output…"))
-            refs = serving.ar_reference(target, incoming)
-            for label, events in done.items():
-                got = [e for e in events if isinstance(e, RequestFinished)]
-                ok = [greedy_match(target, incoming[e.request].prompt_ids, refs[e.request],
-                                   e.token_ids) for e in got]
-                out.put(("match", label, sum(ok) / len(ok)))
-    except BaseException as exc:  # noqa: BLE001 - surfaced to the page as a message
-        out.put(exc)
-    finally:
-        out.put(None)
+def _work(target, s: Setup, put: Callable[[Any], None], cancel: threading.Event) -> None:
+    """The worker (session.in_thread): put (kind, label, payload) items."""
+    if not cache_file(target).is_file():
+        put(("note", "", "Measuring the SPS curve (once per model and device)…"))
+    sps = profile(target)
+    drafter, kind, settings = serving.batch_drafter(target, s.strategy)
+    incoming, names = serving.requests_of(target, s.prompts, s.requests,
+                                          s.gen.max_new_tokens, s.gen, s.arrival)
+    put(("requests", "", {x.id: f"{name}: {_text(s.prompts[x.id % len(s.prompts)])}"
+                          for x, name in zip(incoming, names)}))
+    done: dict[str, list[Event]] = {}
+    for policy in s.policies:
+        put(("note", policy.id, f"Serving {len(incoming)} requests with {policy.id}…"))
+        events = done.setdefault(policy.id, [])
+        for e in serve(target, drafter, incoming, policy, sps, strategy=s.strategy,
+                       strategy_settings=settings, confidence=kind, sps_curve=sps.points(),
+                       seed=s.gen.seed):
+            events.append(e)
+            put(("event", policy.id, e))
+            if cancel.is_set():
+                return
+    if s.check and s.gen.sampling.greedy:
+        put(("note", "", "Checking each request against its own ar output…"))
+        refs = serving.ar_reference(target, incoming)
+        for label, events in done.items():
+            got = [e for e in events if isinstance(e, RequestFinished)]
+            ok = [greedy_match(target, incoming[e.request].prompt_ids, refs[e.request],
+                               e.token_ids) for e in got]
+            put(("match", label, sum(ok) / len(ok)))
 
 
 def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
@@ -217,9 +211,7 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
         runs: dict[str, list[Event]] = {label: [] for label in labels_of}
         matches: dict[str, Any] = {}
         names: dict[int, str] = {}
-        out: queue.Queue = queue.Queue()
-        threading.Thread(target=_work, args=(target, s, out, cancel), daemon=True,
-                         name="specviz-serve").start()
+        out = session.in_thread(lambda put: _work(target, s, put, cancel), "specviz-serve")
         tags = dict(zip(labels_of, ("A: ", "B: ")))
 
         def view(figures: bool, note: str | None = None, only: str | None = None,
@@ -246,7 +238,7 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
         try:
             while (item := out.get()) is not None:
                 if isinstance(item, BaseException):
-                    raise session._friendly(item)
+                    raise session.friendly(item)
                 kind, label, payload = item
                 if kind == "note":              # a phase begins: the last one drawn in full
                     yield view(True, payload)

@@ -11,7 +11,7 @@ import dataclasses
 import queue
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -58,7 +58,8 @@ def prepare(target, *, prompt: str, strategy: str, overrides: dict[str, Any] | N
     return dataclasses.replace(spec, prompt_ids=ids)
 
 
-def _friendly(exc: BaseException) -> UserError:
+def friendly(exc: BaseException) -> UserError:
+    """An engine failure as the one-line message the page shows."""
     if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
         return UserError("Out of memory: try fewer new tokens, a smaller tree or draft budget, "
                          "or a smaller model.")
@@ -67,12 +68,29 @@ def _friendly(exc: BaseException) -> UserError:
     return UserError(f"The run failed: {type(exc).__name__}: {exc}")
 
 
+def in_thread(produce: Callable[[Callable[[Any], None]], None], name: str) -> queue.Queue:
+    """Run `produce(put)` in a daemon thread, so the page's loop never slows the engine: the
+    queue gets every item it puts, then the exception it raised (if any), then None."""
+    q: queue.Queue = queue.Queue()
+
+    def work() -> None:
+        try:
+            produce(q.put)
+        except BaseException as exc:  # noqa: BLE001 - surfaced to the page as a message
+            q.put(exc)
+        q.put(None)
+
+    threading.Thread(target=work, daemon=True, name=name).start()
+    return q
+
+
 def stream(target, req: RunSpec, cancel: threading.Event, every_s: float = 0.25,
            batcher: Batcher | None = None) -> Iterator[list[Event]]:
     """The run's events so far: after the first step, then at most every `every_s` seconds at a
     step boundary, and once at the end. A batchable request (given a `batcher`) rides in the
     app's shared batch, which tells its steps as a single run would; any other runs alone in a
-    worker thread, at most ENGINE_CONCURRENCY at once. Setting `cancel` (or closing the iterator) stops it at a step boundary."""
+    worker thread, at most ENGINE_CONCURRENCY at once. Setting `cancel` (or closing the
+    iterator) stops it at a step boundary."""
     ticket = None
     if batcher is not None and batcher.batchable(req.strategy, req.settings):
         try:
@@ -81,18 +99,12 @@ def stream(target, req: RunSpec, cancel: threading.Event, every_s: float = 0.25,
             raise UserError(str(exc)) from None
         q = ticket.events
     else:
-        q = queue.Queue()
+        def work(put: Callable[[Any], None]) -> None:
+            with SINGLE_RUNS:
+                for e in runner.events(target, req, cancel):
+                    put(e)
 
-        def work() -> None:
-            try:
-                with SINGLE_RUNS:
-                    for e in runner.events(target, req, cancel):
-                        q.put(e)
-            except BaseException as exc:  # noqa: BLE001 - surfaced to the page as a message
-                q.put(exc)
-            q.put(None)
-
-        threading.Thread(target=work, daemon=True, name="specviz-run").start()
+        q = in_thread(work, "specviz-run")
     events: list[Event] = []
     last = 0.0
     try:
@@ -106,7 +118,7 @@ def stream(target, req: RunSpec, cancel: threading.Event, every_s: float = 0.25,
             if item is None:
                 return
             if isinstance(item, BaseException):
-                raise _friendly(item)
+                raise friendly(item)
             events.append(item)
             now = time.perf_counter()
             first = isinstance(item, KVUpdated) and item.step == 1
@@ -148,6 +160,6 @@ def race(target, reqs: list[RunSpec], cancel: threading.Event) -> Iterator[dict[
                 left_at[sid] = time.perf_counter()
             yield runs
     except Exception as exc:  # noqa: BLE001
-        raise _friendly(exc) from None
+        raise friendly(exc) from None
     finally:
         cancel.set()
