@@ -45,11 +45,11 @@ def main(argv: list[str] | None = None) -> None:
             together = list(pool.map(lambda cp: one(cp[0], cp[1], a.strategy, a.max_new_tokens),
                                      zip(clients, work)))
         conc_s = time.perf_counter() - t
-        tokens = sum(m["new_tokens"] for _, m in together)
+        seq_tps = sum(m["new_tokens"] for _, m in alone) / seq_s
+        conc_tps = sum(m["new_tokens"] for _, m in together) / conc_s
         rounds.append({"sequential_s": seq_s, "concurrent_s": conc_s,
-                       "sequential_tokens_per_s": sum(m["new_tokens"] for _, m in alone) / seq_s,
-                       "concurrent_tokens_per_s": tokens / conc_s,
-                       "ratio": (tokens / conc_s) / (sum(m["new_tokens"] for _, m in alone) / seq_s),
+                       "sequential_tokens_per_s": seq_tps, "concurrent_tokens_per_s": conc_tps,
+                       "ratio": conc_tps / seq_tps,
                        "same_text": [x[0] == y[0] for x, y in zip(alone, together)],
                        "batched": all(m.get("batched") for _, m in together)})
     print(json.dumps({"clients": a.clients, "strategy": a.strategy,
