@@ -1,6 +1,7 @@
 """Sequential temperature scaling on synthetic confidences with a known miscalibration."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from specviz.train import calibrate
@@ -36,3 +37,57 @@ def test_survival_is_a_non_increasing_prefix_product():
     z, _ = synthetic(n=50)
     a = calibrate.survival(z, torch.full((5,), 2.0))
     assert (a[:, 1:] <= a[:, :-1]).all() and ((a > 0) & (a < 1)).all()
+
+
+# --- calibration on engine runs (train/recalibrate.py) ----------------------------------------
+def test_fit_reports_on_the_other_half_per_position():
+    from specviz.train import recalibrate
+    z, acc = synthetic(n=6000, gamma=4)
+    s = acc.double().cumprod(-1)
+    half = torch.arange(len(z)) % 2 == 0
+    temps, rep = recalibrate.fit(z.double(), s, half)
+    assert torch.equal(temps, temps.to(torch.bfloat16).float())          # as shipped
+    assert rep["blocks_fit"] == rep["blocks_report"] == 3000
+    raw = recalibrate.by_position(calibrate.survival(z[~half], torch.ones(4)), s[~half])
+    for before, after in zip(raw, rep["after"]):            # sampling noise at n = 3000: ~0.02
+        assert abs(after["gap"]) < 0.05 and after["ece"] < 0.05 < before["ece"]
+    assert [r["position"] for r in raw] == [1, 2, 3, 4]
+    assert raw[0]["mean_a"] > rep["after"][0]["mean_a"]                 # 3x overconfident before
+    assert abs(raw[0]["realized"] - rep["after"][0]["realized"]) < 1e-12
+
+
+def test_calibration_instructions_are_stratified_and_unused(tmp_path):
+    from specviz.train import recalibrate, shards
+    items = recalibrate.instructions(2)
+    by = {}
+    for it in items:
+        assert recalibrate.FIRST_INDEX <= it["index"] < recalibrate.FIRST_INDEX + recalibrate.SPAN
+        by[it["source"]] = by.get(it["source"], 0) + 1
+    assert len(by) >= 4 and max(by.values()) == 2
+    recalibrate.check_unused(tmp_path)                                   # no shards: fine
+    row = {"prompt_ids": [1, 2], "response_ids": [3], "source": "math", "index": 0}
+    md = {"stream": "pool", "seed": 0, "first": recalibrate.FIRST_INDEX - 1, "count": 2,
+          "fingerprint": "x", "target": "x", "max_new_tokens": 8, "stream_version": "1"}
+    shards.write(tmp_path, 1, [row, row], md)
+    with pytest.raises(RuntimeError, match="calibration range"):
+        recalibrate.check_unused(tmp_path)
+
+
+def test_card_section_is_replaced_not_repeated():
+    from specviz.train import recalibrate
+    card = "# dspark\n\nintro\n\n## Measured\n\ntable\n"
+    sec = recalibrate.SECTION + "\n\nfirst\n"
+    once = recalibrate.with_section(card, sec)
+    assert once.index(recalibrate.SECTION) < once.index("## Measured")
+    twice = recalibrate.with_section(once, recalibrate.SECTION + "\n\nsecond\n")
+    assert twice.count(recalibrate.SECTION) == 1 and "second" in twice and "first" not in twice
+    assert twice.endswith("## Measured\n\ntable\n")
+
+
+def test_collect_on_the_real_drafter(target):
+    from specviz.train import recalibrate
+    z, s, prompt = recalibrate.collect(target, ["Name three colours.", "What is 2 + 3?"], 12,
+                                       log=lambda _: None)
+    assert z.shape == s.shape and z.shape[1] == 16 and torch.isfinite(z).all()
+    assert (s[:, 1:] <= s[:, :-1]).all()                                 # survival labels
+    assert prompt.tolist() == sorted(prompt.tolist()) and set(prompt.tolist()) == {0, 1}
