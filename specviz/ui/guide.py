@@ -2,11 +2,12 @@
 strategy-selection guide (the seed articles' decision trees, corrected).
 
 Boundary: target facts + the registry + assets/<id>[-*].md cards + τ from the shipped traces
--> Markdown, the target's measured verify-cost curve -> a Plotly figure, and the "Bring your own"
-section (bring_your_own.py).
+-> Markdown, the target's measured verify-cost curve and the drafters' τ by training data
+(assets/scaling.json) -> Plotly figures, and the "Bring your own" section (bring_your_own.py).
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from specviz import strategies
 from specviz.engine.cost import forward_cost
 from specviz.events import TraceError, read_trace
 from specviz.ui import bring_your_own
+from specviz.viz import scaling
 from specviz.viz.charts import verify_cost_figure
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,6 +80,12 @@ def card_tau(text: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def scaling_points() -> list[dict]:
+    """The drafters' (training data, τ) points measured in earlier training rounds, with the card
+    line each number comes from (assets/scaling.json; its note says how a new round appends)."""
+    return json.loads((ROOT / "assets" / "scaling.json").read_text(encoding="utf-8"))["points"]
+
+
 def overview(target, unavailable: dict[str, str | None]) -> str:
     taus = measured_tau()
     lines = [f"### Loaded target\n- model: `{target.model_id}`\n- device: `{target.device}`, "
@@ -108,4 +116,7 @@ def build(target, unavailable: dict[str, str | None]) -> None:
             gr.Plot(verify_cost_figure(cost.widths, cost.seconds, str(target.device)),
                     elem_id="guide-cost")
             gr.Markdown(GUIDE, elem_id="guide-strategies")
+    points = scaling_points()
+    gr.Plot(scaling.scaling_figure(points), elem_id="guide-scaling")
+    gr.Markdown(scaling.caption(points), elem_id="guide-scaling-caption")
     gr.Markdown(bring_your_own.markdown(target, unavailable), elem_id="guide-byo")
