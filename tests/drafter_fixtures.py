@@ -1,6 +1,7 @@
-"""Fixtures for drafter and training tests: a small feature file built from the tiny random
+"""Fixtures for drafter and training tests: a small feature folder built from the tiny random
 target (its own greedy answers to a few instructions of the stream and to a few it wrote
-itself, in two response shards), the same pipeline as the real data."""
+itself, in two response shards, plus two raw source chunks), the same pipeline as the real
+data."""
 from __future__ import annotations
 
 import pytest
@@ -15,7 +16,7 @@ def tiny_data(tiny_target, tmp_path_factory):
     shards.extend(tiny_target, out / "responses", target_tokens=10**9, batch=24,
                   max_new_tokens=32, shard_seqs=24, self_instruct=4, log=lambda s: None,
                   max_shards=2)
-    rows = shards.read(out / "responses") + D.stdlib_chunk_rows(tiny_target.tokenizer, 2)
-    path = D.build_features(tiny_target, rows, out / "data.safetensors")
-    return path
+    D.build_features(tiny_target, out / "responses", out / "features", stdlib_chunks=2,
+                     log=lambda s: None)
+    return out / "features"
 

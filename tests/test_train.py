@@ -1,5 +1,5 @@
-"""The training pipeline on the tiny random target: data file layout, the loss goes down, and a
-checkpoint saves, reloads and resumes; weights ship with a card and load back."""
+"""The training pipeline on the tiny random target: feature folder layout, the loss goes down,
+and a checkpoint saves, reloads and resumes; weights ship with a card and load back."""
 from __future__ import annotations
 
 import json
@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
 
 from specviz.drafters import weights
 from specviz.drafters.eagle3 import Eagle3Head
@@ -27,19 +28,32 @@ def test_self_instruct_extraction():
     assert extract_instruction("Ok.") is None and extract_instruction("x" * 500) is None
 
 
-def test_data_file_layout(tiny_target, tiny_data):
-    d = D.TrainData(tiny_data, taps=D.taps_for(tiny_target.n_layers))
-    n = d.n_tokens
-    assert d.starts[-1] == n and d.loss_mask.shape == (n,) and d.topk_ids.shape == (n, D.TOPK)
-    assert all(h.shape == (n, tiny_target.hidden) and h.dtype == torch.float16
-               for h in d.h.values())
+def test_data_folder_layout(tiny_target, tiny_data):
+    assert sorted(p.name for p in tiny_data.iterdir()) == [
+        "shard-00001.safetensors", "shard-00002.safetensors", "stdlib.safetensors"]
+    taps = D.taps_for(tiny_target.n_layers)
+    total = 0
+    for path in sorted(tiny_data.iterdir()):
+        with safe_open(str(path), framework="pt") as f:
+            n = f.get_slice("tokens").get_shape()[0]
+            assert f.get_tensor("seq_starts")[-1] == n
+            assert f.get_slice("loss_mask").get_shape() == [n]
+            assert f.get_slice("topk_ids").get_shape() == [n, D.TOPK]
+            assert all(f.get_slice(f"h{i}").get_shape() == [n, tiny_target.hidden]
+                       and f.get_slice(f"h{i}").get_dtype() == "F16" for i in taps)
+            assert f.metadata()["source"] in (path.name, "stdlib")
+        total += n
+    d = D.TrainData(tiny_data, taps=taps)
+    assert d.n_tokens == total == sum(d.lengths)
     assert d.heldout_ids and d.train_ids and not set(d.heldout_ids) & set(d.train_ids)
     assert d.fingerprint == tiny_target.fingerprint
     assert d.meta["self_instruct"] == "4"            # the target's own instructions, answered
+    assert d.meta["stdlib_chunks"] == "2" and d.meta["files"] == "3"
     written = (tiny_data.parent / "responses" / "self-instructions.jsonl").read_text().splitlines()
     assert len(written) == 4 and all(json.loads(x)["id"].startswith("self-") for x in written)
     b = d.batch(np.random.default_rng(0), 3, 16)
     assert b["tokens"].shape == (3, 16) and b["topk_p"].shape == (3, 16, D.TOPK)
+    assert all(b[f"h{i}"].shape == (3, 16, tiny_target.hidden) for i in taps)
 
 
 def make(tiny_target, tiny_data):

@@ -1,5 +1,5 @@
-"""`python -m specviz train`: write the response shards, build the shared features, or train
-one drafter.
+"""`python -m specviz train`: write the response shards, build the shared feature folder, or
+train one drafter.
 
 Boundary: argument parsing and wiring only. Each drafter family has a factory
 `(target, args) -> Trainable` in specviz/train/; TRAINERS maps drafter ids to them
@@ -7,7 +7,7 @@ Boundary: argument parsing and wiring only. Each drafter family has a factory
 artifacts/train/<id>/ and the final weights + model card to assets/.
 
   python -m specviz train data --target-tokens 3000000 --threads 1 --batch 48 [--self-instruct N]
-  python -m specviz train --build-data [--max-seqs N] [--stdlib-chunks 60]
+  python -m specviz train --build-data [--max-seqs N] [--stdlib-chunks 60] [--threads 1]
   python -m specviz train --drafter eagle3 --minutes 12 [--steps N] [--resume] [--init shipped]
 """
 from __future__ import annotations
@@ -38,12 +38,13 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specviz train",
                                 description="Build drafter training data or train a drafter.")
     p.add_argument("--build-data", action="store_true",
-                   help="build the feature file from the response shards (see `train data`)")
+                   help="build or extend the feature folder from the response shards (see "
+                        "`train data`): only missing or stale files are computed")
     p.add_argument("--shards", default=str(shards.SHARD_DIR), help="response shard folder")
     p.add_argument("--max-seqs", type=int, default=0, help="use the first N sequences (0 = all)")
     p.add_argument("--stdlib-chunks", type=int, default=0, help="raw stdlib source chunks")
     p.add_argument("--drafter", help=f"drafter id: {', '.join([*TRAINERS, *ALIASES])}")
-    p.add_argument("--data", default=str(D.DATA_FILE))
+    p.add_argument("--data", default=str(D.FEATURE_DIR), help="feature folder")
     p.add_argument("--minutes", type=float, default=0.0, help="time budget (0 = none)")
     p.add_argument("--steps", type=int, default=0, help="step budget (0 = none)")
     p.add_argument("--batch-size", type=int, default=8)
@@ -112,14 +113,20 @@ def main(argv: list[str] | None = None) -> int:
     from specviz.models.target import Target
     target = Target.load("embedded", device=args.device)
     if args.build_data:
-        rows = shards.read(Path(args.shards), target.fingerprint)
-        if not rows:
+        if not shards.shard_paths(Path(args.shards)):
             parser().error(f"no response shards in {args.shards}; write them with: "
                            "python -m specviz train data")
-        rows = rows[:args.max_seqs or None] + D.stdlib_chunk_rows(target.tokenizer,
-                                                                  args.stdlib_chunks, args.seed)
-        out = D.build_features(target, rows, Path(args.data))
-        print(f"wrote {out}")
+        try:
+            done = D.build_features(target, Path(args.shards), Path(args.data), args.max_seqs,
+                                    args.stdlib_chunks, args.seed,
+                                    log=lambda s: print(s, flush=True))
+        except D.FeatureError as exc:
+            parser().error(str(exc))
+        speed = done["built_tokens"] / max(done["seconds"], 1e-9)
+        removed = f" ({', '.join(done['removed'])})" if done["removed"] else ""
+        print(f"{args.data}: built {len(done['built'])} files ({done['built_tokens']} tokens in "
+              f"{done['seconds']:.0f} s, {speed:.0f} tok/s), skipped {len(done['skipped'])} "
+              f"current, removed {len(done['removed'])}{removed}; {done['tokens']} tokens in all")
     if args.drafter:
         from specviz.drafters import weights
         from specviz.drafters.base import DrafterUnavailable
@@ -137,12 +144,21 @@ def main(argv: list[str] | None = None) -> int:
             except DrafterUnavailable as exc:
                 parser().error(str(exc))
             args.shipped_vocab = shipped.pop("vocab_ids", shipped.get("vocab"))
-        trainable = factory(target, args)
+        try:
+            data = D.TrainData(args.data)
+            stale = D.stale_files(Path(args.data), Path(args.shards))
+            if data.fingerprint != target.fingerprint:
+                parser().error(f"{args.data} was built for another target ({data.meta['target']})"
+                               "; rebuild it with --build-data")
+            if stale:
+                parser().error(f"{args.data}: {', '.join(stale)} no longer match(es) the "
+                               f"response shards in {args.shards}; rebuild with --build-data")
+            trainable = factory(target, args)
+            data = D.TrainData(args.data, trainable.taps)
+        except D.FeatureError as exc:
+            parser().error(str(exc))
         if shipped is not None:
             init_from(getattr(trainable, "export_root", trainable.module), shipped)
-        data = D.TrainData(args.data, trainable.taps)
-        if data.fingerprint != target.fingerprint:
-            parser().error(f"{args.data} was built for another target; rebuild it")
         cfg = TrainConfig(drafter_id=did, minutes=args.minutes, steps=args.steps,
                           batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                           warmup=args.warmup, eval_every=args.eval_every, seed=args.seed,

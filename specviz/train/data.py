@@ -1,5 +1,5 @@
 """Training data for every drafter: target responses to the instruction pool, then ONE feature
-file shared by all drafters.
+folder shared by all drafters.
 
 Boundary: the target in, files out, and a loader. Stages:
 1. responses: the target's greedy answers (chat template, batched `generate_batch`) to the
@@ -7,22 +7,33 @@ Boundary: the target in, files out, and a loader. Stages:
    (`self_instructions`, from `pool.meta_prompts`), kept as committed, append-only token shards
    (shards.py, data/responses/); plus a few raw standard-library source chunks
    (`stdlib_chunk_rows`, no generation);
-2. `artifacts/train/data.safetensors` (git-ignored, rebuilt from the shards): per token the
-   target features and soft labels:
-   - `tokens` int32 [N] (sequences concatenated), `seq_starts` int64 [S+1],
-     `loss_mask` uint8 [N] (1 on response tokens), `split` uint8 [S] (1 = held out, ~5%);
+2. `artifacts/train/features/` (git-ignored, rebuilt from the shards by `build_features`, which
+   computes only missing or stale files): one feature file per response shard,
+   `shard-NNNNN.safetensors` (its sequences after `shards.read` drops repeated prompts), and
+   `stdlib.safetensors` for the source chunks. Per token the target features and soft labels:
+   - `tokens` int32 [N] (the file's sequences concatenated), `seq_starts` int64 [S+1],
+     `loss_mask` uint8 [N] (1 on response tokens), `split` uint8 [S] (1 = held out, ~5%,
+     `is_heldout`);
    - `h{i}` float16 [N, d]: target hidden_states[i] for i in TAPS;
    - `topk_ids` int32 [N, TOPK], `topk_p` float16 [N, TOPK]: the target's next-token
      distribution at T=1 at each position (row t predicts token t+1);
-   - metadata: target fingerprint, taps, counts.
-`TrainData` loads it (only the taps a drafter needs) and cuts random-crop batches.
+   - metadata: format, target fingerprint, taps, topk, the source (shard name and sha256), a
+     digest of the file's sequences (a file whose digest, target or taps differ is stale and
+     rebuilt), counts.
+`TrainData` opens the folder lazily (only the rows of the taps a drafter needs are read) and
+cuts random-crop batches.
 """
 from __future__ import annotations
 
+import bisect
+import hashlib
 import inspect
+import itertools
 import json
 import os
 import random
+import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -31,22 +42,31 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from specviz.train import shards
 from specviz.train.pool import extract_instruction, meta_prompts
 
 TAPS = (2, 15, 27, 28, 30)   # EAGLE-3: 2,15,27; DFlash/DSpark: 2,15,28; EAGLE-1/MTP/P-EAGLE: 30
 TOPK = 64
 DATA_DIR = Path("artifacts/train")
-DATA_FILE = DATA_DIR / "data.safetensors"
+FEATURE_DIR = DATA_DIR / "features"
+FORMAT = "specviz-features-1"
+STDLIB = "stdlib"            # the feature file of the raw source chunks
+
+
 def taps_for(n_layers: int) -> tuple[int, ...]:
     """The taps TAPS generalised to any depth (low, mid, L-3, L-2, final)."""
     return tuple(sorted({2, n_layers // 2, n_layers - 3, n_layers - 2, n_layers}))
 
 
-HELDOUT_EVERY = 20           # sequence s is held out when s % 20 == 7 (5%)
+HELDOUT_EVERY = 20           # ~5% of sequences are held out
 
 
-def is_heldout(s: int) -> bool:
-    return s % HELDOUT_EVERY == 7
+def is_heldout(row: dict) -> bool:
+    """Whether the sequence {prompt_ids, response_ids} is held out: by its content (a crc32 of
+    its prompt, of its response when it has none), so appending shards, deduplication or
+    `--max-seqs` never move a sequence between the splits."""
+    key = np.asarray(row["prompt_ids"] or row["response_ids"], dtype=np.int64)
+    return zlib.crc32(key.tobytes()) % HELDOUT_EVERY == 7
 
 
 # --- stage 1: responses (shards.py stores them) -----------------------------------------
@@ -117,93 +137,210 @@ def stdlib_chunk_rows(tok, n: int, seed: int = 0, length: int = 192) -> list[dic
 
 
 # --- stage 2: features ----------------------------------------------------------------------
-def build_features(target, rows: list[dict], out: Path = DATA_FILE,
-                   taps: tuple[int, ...] | None = None) -> Path:
-    """Run the target over every sequence {prompt_ids, response_ids, category} (shards.read,
-    plus raw source chunks) and write the shared feature file (atomically)."""
+class FeatureError(ValueError):
+    """A feature folder that cannot be trained on as it stands: missing, of another target,
+    stale."""
+
+
+def rows_digest(rows: list[dict]) -> str:
+    """A digest of exactly the sequences a feature file is computed from."""
+    h = hashlib.sha256()
+    for r in rows:
+        h.update(np.asarray([len(r["prompt_ids"]), len(r["response_ids"]), *r["prompt_ids"],
+                             *r["response_ids"]], dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def feature_plan(target, shard_dir: Path, max_seqs: int = 0, stdlib_chunks: int = 0,
+                 seed: int = 0) -> dict[str, tuple[list[dict], dict]]:
+    """What the feature folder must hold: file stem -> (its sequences, the metadata naming their
+    source). One file per response shard (`shards.read`'s order and deduplication, cut after the
+    first `max_seqs` sequences; a shard left with none has no file), then `stdlib_chunks` raw
+    source chunks in a file of their own."""
+    rows = shards.read(shard_dir, target.fingerprint)[:max_seqs or None]
+    plan: dict[str, tuple[list[dict], dict]] = {}
+    for r in rows:
+        plan.setdefault(Path(r["shard"]).stem, ([], {"source": r["shard"]}))[0].append(r)
+    for _, source in plan.values():
+        source["source_sha256"] = file_digest(Path(shard_dir) / source["source"])
+    if stdlib_chunks:
+        plan[STDLIB] = (stdlib_chunk_rows(target.tokenizer, stdlib_chunks, seed),
+                        {"source": STDLIB})
+    for rs, source in plan.values():
+        source["digest"] = rows_digest(rs)
+    return plan
+
+
+def build_features(target, shard_dir: Path = shards.SHARD_DIR, folder: Path = FEATURE_DIR,
+                   max_seqs: int = 0, stdlib_chunks: int = 0, seed: int = 0,
+                   taps: tuple[int, ...] | None = None, log=print) -> dict:
+    """Bring the feature folder up to date with the response shards (`feature_plan`): compute
+    each missing or stale file (another target, taps, format, or other sequences), skip the
+    current ones, delete those no longer planned. Memory: one shard's features at a time.
+    Returns {built, skipped, removed (file names), tokens (in the folder), built_tokens,
+    seconds (of the feature passes)}."""
     taps = taps or taps_for(target.n_layers)
+    folder = Path(folder)
+    if folder.is_file():
+        raise FeatureError(f"{folder} is a file; the features are a folder of per-shard files")
+    plan = feature_plan(target, shard_dir, max_seqs, stdlib_chunks, seed)
+    common = {"format": FORMAT, "fingerprint": target.fingerprint, "taps": json.dumps(list(taps)),
+              "topk": str(TOPK)}
+    done = {"built": [], "skipped": [], "removed": [], "tokens": 0, "built_tokens": 0,
+            "seconds": 0.0}
+    folder.mkdir(parents=True, exist_ok=True)
+    for stem, (rows, source) in plan.items():
+        path, want = folder / f"{stem}.safetensors", common | source
+        have = metadata(path) if path.exists() else {}
+        if all(have.get(k) == v for k, v in want.items()):
+            done["skipped"].append(path.name)
+            done["tokens"] += int(have["tokens"])
+            continue
+        t0 = time.perf_counter()
+        n = write_features(target, rows, path, taps, want)
+        dt = time.perf_counter() - t0
+        log(f"{path.name}: {len(rows)} sequences, {n} tokens in {dt:.0f} s "
+            f"({n / max(dt, 1e-9):.0f} tok/s)")
+        done["built"].append(path.name)
+        done["tokens"] += n
+        done["built_tokens"] += n
+        done["seconds"] += dt
+    for path in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.tmp")):
+        if path.stem not in plan or path.suffix == ".tmp":
+            path.unlink()
+            done["removed"].append(path.name)
+    return done
+
+
+def write_features(target, rows: list[dict], path: Path, taps: tuple[int, ...],
+                   meta: dict) -> int:
+    """Run the target over the sequences {prompt_ids, response_ids, category} and write their
+    features to `path` (atomically, with `meta` plus counts). Returns the token count."""
+    n = sum(len(r["prompt_ids"]) + len(r["response_ids"]) for r in rows)
+    hs = {i: torch.empty(n, target.hidden, dtype=torch.float16) for i in taps}
+    top_ids = torch.empty(n, TOPK, dtype=torch.int32)
+    top_p = torch.empty(n, TOPK, dtype=torch.float16)
     tokens, loss, starts, split = [], [], [0], []
-    hs = {i: [] for i in taps}
-    top_ids, top_p = [], []
     with torch.inference_mode():
-        for s, r in enumerate(tqdm(rows, desc="features", unit="seq")):
+        for r in tqdm(rows, desc=path.stem, unit="seq", leave=False):
             seq = r["prompt_ids"] + r["response_ids"]
+            a, b = len(tokens), len(tokens) + len(seq)
             o = target.model.model(input_ids=torch.tensor([seq], device=target.device),
                                    output_hidden_states=True)
             for i in taps:
                 h = o.last_hidden_state if i == target.n_layers else o.hidden_states[i]
-                hs[i].append(h[0].to(torch.float16).cpu())
+                hs[i][a:b] = h[0].to(torch.float16).cpu()
             p = torch.softmax(target.lm_head(o.last_hidden_state[0]).float(), -1)
             v, ix = p.topk(TOPK, -1)
-            top_ids.append(ix.to(torch.int32).cpu())
-            top_p.append(v.to(torch.float16).cpu())
+            top_ids[a:b], top_p[a:b] = ix.to(torch.int32).cpu(), v.to(torch.float16).cpu()
             tokens += seq
             loss += [0] * len(r["prompt_ids"]) + [1] * len(r["response_ids"])
             starts.append(len(tokens))
-            split.append(int(is_heldout(s)))
+            split.append(int(is_heldout(r)))
     tensors = {"tokens": torch.tensor(tokens, dtype=torch.int32),
                "seq_starts": torch.tensor(starts, dtype=torch.int64),
                "loss_mask": torch.tensor(loss, dtype=torch.uint8),
                "split": torch.tensor(split, dtype=torch.uint8),
-               "topk_ids": torch.cat(top_ids), "topk_p": torch.cat(top_p)}
-    tensors |= {f"h{i}": torch.cat(v) for i, v in hs.items()}
-    meta = {"fingerprint": target.fingerprint, "target": target.model_id,
-            "taps": json.dumps(list(taps)), "topk": str(TOPK), "sequences": str(len(rows)),
-            "tokens": str(len(tokens)), "response_tokens": str(sum(loss)),
-            "heldout_sequences": str(sum(split)),
-            "stdlib_chunks": str(sum(r["category"] == "stdlib-source" for r in rows)),
-            "self_instruct": str(sum(r["category"].startswith("self-") for r in rows))}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    save_file(tensors, str(tmp), metadata=meta)
-    os.replace(tmp, out)
+               "topk_ids": top_ids, "topk_p": top_p} | {f"h{i}": h for i, h in hs.items()}
+    counts = {"target": target.model_id, "sequences": len(rows), "tokens": n,
+              "response_tokens": sum(loss), "heldout_sequences": sum(split),
+              "stdlib_chunks": sum(r["category"] == "stdlib-source" for r in rows),
+              "self_instruct": sum(r["category"].startswith("self-") for r in rows)}
+    tmp = path.with_suffix(".tmp")
+    save_file(tensors, str(tmp), metadata=meta | {k: str(v) for k, v in counts.items()})
+    os.replace(tmp, path)
+    return n
+
+
+def metadata(path: Path) -> dict:
+    with safe_open(str(path), framework="pt") as f:
+        return dict(f.metadata() or {})
+
+
+def stale_files(folder: Path, shard_dir: Path) -> list[str]:
+    """The feature files in `folder` whose response shard in `shard_dir` is gone or changed."""
+    out = []
+    for path in sorted(Path(folder).glob("shard-*.safetensors")):
+        m = metadata(path)
+        shard = Path(shard_dir) / m.get("source", path.name)
+        if not shard.exists() or file_digest(shard) != m.get("source_sha256"):
+            out.append(path.name)
     return out
 
 
 # --- loading --------------------------------------------------------------------------------
+COUNTS = ("sequences", "tokens", "response_tokens", "heldout_sequences", "stdlib_chunks",
+          "self_instruct")
+
+
 class TrainData:
-    """The shared feature file, with only the taps a drafter asks for held in memory.
+    """The feature folder, read lazily: every file is opened once (memory-mapped) and a crop
+    reads only its rows of the taps a drafter asks for, so memory stays small whatever the data
+    size. Sequences are numbered across the files in name order (shards, then stdlib).
 
     A batch is a dict of [B, T(, ...)] tensors cut from random crops of random sequences:
     tokens (long), loss_mask (float), topk_ids (long), topk_p (float), h{i} (float32), and
     `valid` (float, 0 on padding after a short sequence's end).
     """
 
-    def __init__(self, path: Path | str = DATA_FILE, taps: tuple[int, ...] = ()):
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"{path} not found; build it with: "
-                                    f"python -m specviz train --build-data")
-        with safe_open(str(path), framework="pt") as f:
-            self.meta = f.metadata()
-            self.tokens = f.get_tensor("tokens").long()
-            self.starts = f.get_tensor("seq_starts")
-            self.loss_mask = f.get_tensor("loss_mask").float()
-            self.split = f.get_tensor("split")
-            self.topk_ids = f.get_tensor("topk_ids").long()
-            self.topk_p = f.get_tensor("topk_p")
-            self.h = {i: f.get_tensor(f"h{i}") for i in taps}
-        self.fingerprint = self.meta["fingerprint"]
-        lens = (self.starts[1:] - self.starts[:-1]).tolist()
-        self.train_ids = [s for s in range(len(lens)) if not self.split[s] and lens[s] > 2]
-        self.heldout_ids = [s for s in range(len(lens)) if self.split[s] and lens[s] > 2]
-        self.lengths = lens
+    def __init__(self, folder: Path | str = FEATURE_DIR, taps: tuple[int, ...] = ()):
+        folder = Path(folder)
+        build = "python -m specviz train --build-data"
+        if folder.is_file():
+            raise FeatureError(f"{folder} is a single feature file of an older specviz; the "
+                               f"features are now a folder of per-shard files: {build}")
+        paths = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+        if not paths:
+            raise FeatureError(f"no feature files in {folder}; build them with: {build}")
+        self.files = [safe_open(str(p), framework="pt") for p in paths]
+        metas = [f.metadata() or {} for f in self.files]
+        first = metas[0]
+        for p, m in zip(paths, metas):
+            if m.get("format") != FORMAT or (m["taps"], m["topk"]) != (first["taps"],
+                                                                          first["topk"]):
+                raise FeatureError(f"{p} is stale (another format, taps or top-k than "
+                                   f"{paths[0].name}); rebuild with: {build}")
+            if m["fingerprint"] != first["fingerprint"]:
+                raise FeatureError(f"{p} was built for another target ({m['target']}) than "
+                                   f"{paths[0].name} ({first['target']}); rebuild with: {build}")
+        self.taps = tuple(dict.fromkeys(taps))
+        missing = set(self.taps) - set(json.loads(first["taps"]))
+        if missing:
+            raise FeatureError(f"{folder} has no features of layer(s) {sorted(missing)}")
+        self.meta = {k: first[k] for k in ("fingerprint", "target", "taps", "topk")} | {
+            k: str(sum(int(m[k]) for m in metas)) for k in COUNTS} | {"files": str(len(paths))}
+        self.fingerprint = first["fingerprint"]
+        self.seq_starts = [f.get_tensor("seq_starts") for f in self.files]
+        self.first = [0] + list(itertools.accumulate(len(s) - 1 for s in self.seq_starts))
+        split = torch.cat([f.get_tensor("split") for f in self.files]).tolist()
+        self.lengths = torch.cat([s.diff() for s in self.seq_starts]).tolist()
+        self.train_ids = [s for s, n in enumerate(self.lengths) if not split[s] and n > 2]
+        self.heldout_ids = [s for s, n in enumerate(self.lengths) if split[s] and n > 2]
 
     @property
     def n_tokens(self) -> int:
-        return len(self.tokens)
+        return int(self.meta["tokens"])
 
     def sequences(self, heldout: bool = False) -> list[int]:
         return self.heldout_ids if heldout else self.train_ids
 
     def crop(self, s: int, start: int, length: int) -> dict[str, torch.Tensor]:
-        a = int(self.starts[s]) + start
-        b = min(a + length, int(self.starts[s + 1]))
-        sl = slice(a, b)
-        out = {"tokens": self.tokens[sl], "loss_mask": self.loss_mask[sl],
-               "topk_ids": self.topk_ids[sl], "topk_p": self.topk_p[sl].float(),
+        k = bisect.bisect_right(self.first, s) - 1
+        f, starts = self.files[k], self.seq_starts[k]
+        a = int(starts[s - self.first[k]]) + start
+        b = min(a + length, int(starts[s - self.first[k] + 1]))
+
+        def rows(name: str) -> torch.Tensor:
+            return f.get_slice(name)[a:b]
+
+        out = {"tokens": rows("tokens").long(), "loss_mask": rows("loss_mask").float(),
+               "topk_ids": rows("topk_ids").long(), "topk_p": rows("topk_p").float(),
                "valid": torch.ones(b - a)}
-        out |= {f"h{i}": h[sl].float() for i, h in self.h.items()}
+        out |= {f"h{i}": rows(f"h{i}").float() for i in self.taps}
         return out
 
     def batch(self, rng: np.random.Generator, batch_size: int, seq_len: int,
@@ -220,21 +357,24 @@ class TrainData:
     def vocab_by_mass(self, n: int, vocab: int) -> torch.Tensor:
         """The n token ids (of a vocab-size target) with the most target probability mass plus
         occurrences over the data, sorted by id: a reduced draft vocabulary (EAGLE-3's d2t in
-        id form)."""
+        id form). Reads one file at a time."""
         mass = torch.zeros(vocab)
-        mass.index_add_(0, self.topk_ids.flatten(), self.topk_p.float().flatten())
-        mass.index_add_(0, self.tokens, torch.ones(len(self.tokens)))
+        for f in self.files:
+            mass.index_add_(0, f.get_tensor("topk_ids").long().flatten(),
+                            f.get_tensor("topk_p").float().flatten())
+            tokens = f.get_tensor("tokens").long()
+            mass.index_add_(0, tokens, torch.ones(len(tokens)))
         return mass.topk(n).indices.sort().values
 
 
 def draft_vocab(path: str | Path, n: int, vocab: int) -> torch.Tensor:
-    """A drafter's reduced vocabulary from the training data file at `path` (`vocab_by_mass`)."""
+    """A drafter's reduced vocabulary from the feature folder at `path` (`vocab_by_mass`)."""
     return TrainData(path).vocab_by_mass(n, vocab)
 
 
 def drafter_vocab(args, n: int, vocab: int) -> torch.Tensor:
     """The reduced vocabulary of a drafter about to be trained: the shipped weights' own when
-    fine-tuning them (`--init shipped` sets args.shipped_vocab), else the data file's."""
+    fine-tuning them (`--init shipped` sets args.shipped_vocab), else the feature folder's."""
     shipped = getattr(args, "shipped_vocab", None)
     return shipped.long() if shipped is not None else draft_vocab(args.data, n, vocab)
 

@@ -50,8 +50,8 @@ def meta(path: Path) -> dict:
 
 def read(folder: Path = SHARD_DIR, fingerprint: str | None = None) -> list[dict]:
     """Every sequence of every shard, in shard order, less repeated prompts (streams of other
-    seeds or versions may overlap): {prompt_ids, response_ids, category, stream, index}. With
-    `fingerprint`, shards written for another target are an error."""
+    seeds or versions may overlap): {prompt_ids, response_ids, category, stream, index, shard}.
+    With `fingerprint`, shards written for another target are an error."""
     out, seen = [], set()
     for path in shard_paths(folder):
         m, t = meta(path), load_file(str(path))
@@ -65,7 +65,7 @@ def read(folder: Path = SHARD_DIR, fingerprint: str | None = None) -> list[dict]
             seen.add(tuple(seq[:plen[s]]))
             out.append({"prompt_ids": seq[:plen[s]], "response_ids": seq[plen[s]:],
                         "category": m["sources"][t["source"][s]], "stream": m["stream"],
-                        "index": int(t["index"][s])})
+                        "index": int(t["index"][s]), "shard": path.name})
     return out
 
 
