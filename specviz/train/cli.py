@@ -9,6 +9,7 @@ artifacts/train/<id>/ and the final weights + model card to assets/.
   python -m specviz train data --target-tokens 3000000 --threads 1 --batch 48 [--self-instruct N]
   python -m specviz train --build-data [--max-seqs N] [--stdlib-chunks 60] [--threads 1]
   python -m specviz train --drafter eagle3 --minutes 12 [--steps N] [--resume] [--init shipped]
+  python -m specviz train calibrate [--per-source 8] [--max-new-tokens 128] [--threads 1]
 """
 from __future__ import annotations
 
@@ -102,9 +103,43 @@ def main_data(argv: list[str]) -> int:
     return 0
 
 
+def calibrate_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m specviz train calibrate",
+        description="Refit the shipped dspark drafter's confidence temperatures on engine runs "
+                    "over held-out instructions, and write them into assets/ (weights and card).")
+    p.add_argument("--per-source", type=int, default=8, help="instructions per source")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--no-ship", action="store_true", help="report only; do not write assets/")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    return p
+
+
+def main_calibrate(argv: list[str]) -> int:
+    args = calibrate_parser().parse_args(argv)
+    if not 1 <= args.per_source <= 200:
+        calibrate_parser().error("--per-source must be in 1..200")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from specviz.models.target import Target
+    from specviz.train import recalibrate
+    target = Target.load("embedded", device=args.device)
+    report = recalibrate.run(target, args.per_source, args.max_new_tokens, ship=not args.no_ship,
+                             cmd="python -m specviz train calibrate " + " ".join(argv))
+    for row in report["after"]:
+        print(f"a_{row['position']}: mean {row['mean_a']:.3f}, realized {row['realized']:.3f}, "
+              f"ECE {row['ece']:.3f}")
+    print(f"positions 1-4: ECE {report['after_ece_1_4']:.3f} (before {report['before']['ece_1_4']:.3f})"
+          + ("" if args.no_ship else "; written to assets/"))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "data":
         return main_data(argv[1:])
+    if argv and argv[0] == "calibrate":
+        return main_calibrate(argv[1:])
     args = parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

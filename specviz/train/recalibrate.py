@@ -119,17 +119,26 @@ def card_section(report: dict, before: dict, cmd: str) -> str:
 
 def run(target, per_source: int = 8, max_new_tokens: int = 128, ship: bool = True,
         cmd: str = "python -m specviz train calibrate", log=print) -> dict:
+    """Collect on fresh calibration instructions, fit, and (with `ship`) write the result."""
     check_unused()
     items = instructions(per_source)
     z, s, prompt = collect(target, [it["prompt"] for it in items], max_new_tokens, log)
+    return fit_and_ship(target, z, s, prompt, ship=ship, cmd=cmd,
+                        about={"prompts": len(items), "per_source": per_source,
+                               "max_new_tokens": max_new_tokens})
+
+
+def fit_and_ship(target, z: torch.Tensor, s: torch.Tensor, prompt: torch.Tensor, *, ship: bool,
+                 cmd: str, about: dict) -> dict:
+    """Fit on the even prompts, report on the odd ones against the temperatures in use, and
+    (with `ship`) write the temperatures into the shipped weights and the card section."""
     tensors, cfg = weights.load(ID, target.fingerprint)
     fit_rows = prompt % 2 == 0
     temps, report = fit(z, s, fit_rows)
     old = calibrate.survival(z[~fit_rows].float(), tensors["temperature"])
     before = {"by_position": by_position(old, s[~fit_rows]),
               "ece_1_4": calibrate.ece(old[:, :4], s[~fit_rows][:, :4])}
-    report |= {"temperatures": temps.tolist(), "prompts": len(items), "per_source": per_source,
-               "max_new_tokens": max_new_tokens, "before": before}
+    report |= about | {"temperatures": temps.tolist(), "before": before}
     if ship:
         tensors["temperature"] = temps
         cfg["calibration"] = {"engine": {k: report[k] for k in ("after", "after_ece_1_4",
