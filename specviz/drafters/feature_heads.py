@@ -15,6 +15,8 @@ draft entries (g = the parent's output) extend the cache only during one `draft`
 """
 from __future__ import annotations
 
+import heapq
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -134,13 +136,15 @@ class Expander:
         """-> (outputs [n, d], log q [n, Vd]) of the nodes (their children's inputs)."""
         head, P, E, n = self.head, self.state.cached, self.n_extra, len(nodes)
         dev = head.vocab_ids.device
-        mask = torch.zeros(n, P + E + n, dtype=torch.bool, device=dev)
-        mask[:, :P] = True
+        tree = [[False] * (E + n) for _ in range(n)]    # over the tree entries: ancestors, self
         for r, node in enumerate(nodes):
             node.anc = (node.parent.anc + [node.parent.run]) if node.parent else []
-            mask[r, [P + a for a in node.anc]] = True
-            mask[r, P + E + r] = True
+            for a in node.anc:
+                tree[r][a] = True
+            tree[r][E + r] = True
             node.run = E + r
+        mask = torch.cat([torch.ones(n, P, dtype=torch.bool, device=dev),
+                          torch.tensor(tree, device=dev)], 1)
         g = torch.stack([x.g for x in nodes])[None]
         tok = head.vocab_ids[torch.tensor([x.draft_id for x in nodes], device=dev)]
         pos = torch.tensor([P - 1 + x.depth for x in nodes], device=dev)
@@ -161,19 +165,31 @@ def to_tree(head, root: int, chosen: list[Node], note: str) -> DraftTree:
                      confidence=[None] + [x.prob for x in order], note=note)
 
 
-def children_of(parent: Node | None, out: torch.Tensor, logq: torch.Tensor, k: int) -> list[Node]:
+def children_of(parents: list[Node | None], outs: torch.Tensor, logq: torch.Tensor, k: int
+                ) -> list[list[Node]]:
+    """The k likeliest children of each parent, best first: row j of outs [n, d] / logq [n, Vd]
+    is parents[j]'s output (its children's input) and log q (None: the root). One top-k and one
+    exp for all parents: the same numbers as row by row, without per-element tensor reads."""
     v, ix = logq.topk(k)
-    base = parent.score if parent else 0.0
-    depth = parent.depth + 1 if parent else 1
-    return [Node(int(i), parent, depth, base + float(s), float(s.exp()), out)
-            for s, i in zip(v, ix)]
+    probs, logs, ids = v.exp().tolist(), v.tolist(), ix.tolist()
+    return [[Node(i, p, p.depth + 1 if p else 1, (p.score if p else 0.0) + s, q, outs[j])
+             for i, s, q in zip(ids[j], logs[j], probs[j])] for j, p in enumerate(parents)]
+
+
+def floor(nodes: list[Node], keep: int) -> float:
+    """The keep-th best score of `nodes` (-inf when there are fewer): whatever scores below it
+    can never be among the `keep` best."""
+    return heapq.nlargest(keep, (x.score for x in nodes))[-1] if len(nodes) >= keep else -math.inf
 
 
 def dynamic_tree(head, state: HeadState, root: int, top_k: int, depth: int,
                  total_tokens: int, cost: ForwardCost | None = None) -> DraftTree:
     """EAGLE-2: expand the global top-k frontier by cumulative log q for `depth` levels, then
     keep the total_tokens-1 best recorded nodes (a valid tree: a child never outscores its
-    parent, and sorting by (score, depth) puts parents first).
+    parent, and sorting by (score, depth) puts parents first). A frontier node that scores
+    below the (total_tokens-1)-th best recorded score is not expanded: neither it nor any
+    descendant (scores only fall along a path) can be kept, so the tree is the same and
+    drafting stops as soon as no frontier node can place.
 
     With a cost model (greedy decoding: the budget then never changes the output), drafting
     stops at the first level that cannot pay for itself, and only the best prefix of the
@@ -195,18 +211,20 @@ def dynamic_tree(head, state: HeadState, root: int, top_k: int, depth: int,
     def budget_values(nodes: list[Node]) -> list[float]:
         return sorted(map(worth, nodes), reverse=True)[:total_tokens - 1]
 
-    frontier = children_of(None, first[0][0], F.log_softmax(first[1][0].float(), -1), top_k)
+    frontier = children_of([None], first[0][:1], F.log_softmax(first[1][:1].float(), -1), top_k)[0]
     recorded = list(frontier)
     levels, level_s = 1, time.perf_counter() - t0
     for _ in range(depth - 1):
+        frontier = [x for x in frontier if x.score >= floor(recorded, total_tokens - 1)]
+        if not frontier:
+            break
         if cost is not None and not worth_drafting(
                 budget_values(recorded), len(frontier), sum(map(worth, frontier)),
                 time.perf_counter() - t0, level_s, cost):
             break
         t = time.perf_counter()
         outs, logq = ex.run(frontier)
-        cands = [c for j, node in enumerate(frontier)
-                 for c in children_of(node, outs[j], logq[j], top_k)]
+        cands = [c for kids in children_of(frontier, outs, logq, top_k) for c in kids]
         recorded += cands
         frontier = sorted(cands, key=lambda x: -x.score)[:top_k]
         levels, level_s = levels + 1, time.perf_counter() - t
@@ -232,14 +250,13 @@ def static_tree(head, state: HeadState, root: int, shape: list[tuple[int, ...]])
     ex = Expander(head, state)
     width = 1 + max(p[-1] for p in shape)
     by_path: dict[tuple[int, ...], Node] = {}
-    kids = children_of(None, first[0][0], F.log_softmax(first[1][0].float(), -1), width)
+    kids = children_of([None], first[0][:1], F.log_softmax(first[1][:1].float(), -1), width)[0]
     for p in (p for p in shape if len(p) == 1):
         by_path[p] = kids[p[0]]
     for d in range(2, max(map(len, shape)) + 1):
         parents = sorted({p[:-1] for p in shape if len(p) == d})
         outs, logq = ex.run([by_path[p] for p in parents])
-        for j, pp in enumerate(parents):
-            kids = children_of(by_path[pp], outs[j], logq[j], width)
+        for pp, kids in zip(parents, children_of([by_path[p] for p in parents], outs, logq, width)):
             for p in (p for p in shape if len(p) == d and p[:-1] == pp):
                 by_path[p] = kids[p[-1]]
     crop(state)
@@ -276,5 +293,11 @@ def chain(head, state: HeadState, root: int, gamma: int, sp: SamplingParams,
 
 def pick(head, logits: torch.Tensor, sp: SamplingParams, generator: torch.Generator | None
          ) -> tuple[int, float, torch.Tensor | None, float]:
-    """sampling.pick over the target vocabulary from [Vd] draft logits."""
+    """sampling.pick over the target vocabulary from [Vd] draft logits (`vocab_ids` sorted).
+    Greedy needs no widened [V] row: the draft argmax maps to the target argmax (ties too, the
+    ids being sorted), and the confidence is the draft softmax at it (the same up to float
+    summation order; -inf entries add nothing)."""
+    if sp.greedy:
+        i = int(logits.argmax())
+        return int(head.vocab_ids[i]), 1.0, None, float(torch.softmax(logits.float(), -1)[i])
     return sampling.pick(widen(logits.float(), head.vocab_ids, head.vocab), sp, generator)

@@ -51,19 +51,28 @@ class LayerShape:
                    eps=cfg.rms_norm_eps, **kw)
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float, inv: torch.Tensor | None = None,
-         scale: float = 1.0) -> torch.Tensor:
-    """Rotate-half RoPE (the Llama convention). x [b, h, n, hd], positions [n] or [b, n].
-    inv [hd/2]: scaled inverse frequencies (default 1/theta^(2i/hd)); scale multiplies cos and
-    sin (yarn's attention factor), as transformers' rotary embeddings do."""
-    hd = x.shape[-1]
+def rope_tables(positions: torch.Tensor, hd: int, theta: float, inv: torch.Tensor | None = None,
+                scale: float = 1.0, dtype: torch.dtype = torch.float32
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) of rotate-half RoPE (the Llama convention) at positions [n] -> [n, hd], or
+    [b, n] -> [b, 1, n, hd]. inv [hd/2]: scaled inverse frequencies (default 1/theta^(2i/hd));
+    scale multiplies cos and sin (yarn's attention factor), as transformers' rotary embeddings
+    do. Computed once per forward, they serve the queries and the keys."""
     if inv is None:
-        inv = 1.0 / theta ** (torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd)
-    ang = positions.to(torch.float32)[..., None] * inv.to(x.device)  # [(b,) n, hd/2]
-    cos = (torch.cat([ang.cos(), ang.cos()], -1) * scale).to(x.dtype)
-    sin = (torch.cat([ang.sin(), ang.sin()], -1) * scale).to(x.dtype)
+        inv = 1.0 / theta ** (torch.arange(0, hd, 2, device=positions.device,
+                                           dtype=torch.float32) / hd)
+    ang = positions.to(torch.float32)[..., None] * inv.to(positions.device)  # [(b,) n, hd/2]
+    cos = (torch.cat([ang.cos(), ang.cos()], -1) * scale).to(dtype)
+    sin = (torch.cat([ang.sin(), ang.sin()], -1) * scale).to(dtype)
     if positions.dim() == 2:                                           # per-row positions
         cos, sin = cos[:, None], sin[:, None]
+    return cos, sin
+
+
+def rope(x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """x [b, h, n, hd] rotated by `rope_tables` (cos, sin)."""
+    cos, sin = tables
+    hd = x.shape[-1]
     x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
@@ -92,10 +101,11 @@ class DecoderLayer(nn.Module):
         # float32 and outside the state dict, so .to(dtype) leaves it and shipped weights load
         self.rope_inv = torch.tensor(s.rope_inv, dtype=torch.float32) if s.rope_inv else None
 
-    def _rope(self, t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        if self.rope_inv is not None and self.rope_inv.device != t.device:
-            self.rope_inv = self.rope_inv.to(t.device)
-        return rope(t, positions, self.s.rope_theta, self.rope_inv, self.s.rope_scale)
+    def _tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.rope_inv is not None and self.rope_inv.device != positions.device:
+            self.rope_inv = self.rope_inv.to(positions.device)
+        return rope_tables(positions, self.s.head_dim, self.s.rope_theta, self.rope_inv,
+                           self.s.rope_scale, dtype)
 
     def _heads(self, t: torch.Tensor, n_heads: int, norm: str = "") -> torch.Tensor:
         b, n, _ = t.shape
@@ -104,11 +114,15 @@ class DecoderLayer(nn.Module):
             t = getattr(self, norm)(t)
         return t.transpose(1, 2)
 
+    def _kv(self, h: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+        k = rope(self._heads(self.k(h), self.s.kv_heads, "k_norm"), tables)
+        return k, self._heads(self.v(h), self.s.kv_heads)
+
     def project_kv(self, h: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys/values of states h [b, n, d_in] used as they are (no input norm), RoPE'd at
         `positions`."""
-        k = self._rope(self._heads(self.k(h), self.s.kv_heads, "k_norm"), positions)
-        return k, self._heads(self.v(h), self.s.kv_heads)
+        return self._kv(h, self._tables(positions.to(h.device), h.dtype))
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor,
                 prefix: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -118,13 +132,14 @@ class DecoderLayer(nn.Module):
         attention output (default x; EAGLE-3 passes h because its input is 2d wide)."""
         s = self.s
         xn = self.input_norm(x)
-        q = self._rope(self._heads(self.q(xn), s.heads, "q_norm"), positions)
-        k, v = self.project_kv(xn, positions)
+        tables = self._tables(positions.to(x.device), x.dtype)
+        q = rope(self._heads(self.q(xn), s.heads, "q_norm"), tables)
+        k, v = self._kv(xn, tables)
         keys, values = (k, v) if prefix is None else (torch.cat([prefix[0], k], 2),
                                                       torch.cat([prefix[1], v], 2))
-        rep = s.heads // s.kv_heads
+        # grouped keys/values stay grouped (no per-query-head copies): the same arithmetic
         attn = F.scaled_dot_product_attention(
-            q, keys.repeat_interleave(rep, 1), values.repeat_interleave(rep, 1),
+            q, keys, values, enable_gqa=s.heads != s.kv_heads,
             attn_mask=None if mask is None else (mask if mask.dim() == 2 else mask[:, None]).to(q.device))
         b, _, n, _ = attn.shape
         h = (x if residual is None else residual) + self.o(attn.transpose(1, 2).reshape(b, n, -1))
