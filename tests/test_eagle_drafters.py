@@ -9,13 +9,16 @@ import torch
 
 from specviz import strategies
 from specviz.drafters.base import DrafterUnavailable
+from specviz.drafters import feature_heads as fh
 from specviz.drafters.draft import DraftLMDrafter, DraftModel, DraftSettings
 from specviz.drafters.eagle import STATIC_TREE, Eagle1Head, Eagle2Settings, EagleDrafter
 from specviz.drafters.eagle3 import Eagle3Drafter, Eagle3Head, Eagle3Settings
+from specviz.drafters.layers import widen
 from specviz.drafters.peagle import PEagleDrafter, PEagleHead, PEagleSettings
 from specviz import events as ev
 from specviz.engine.cost import Acceptance, ForwardCost
 from specviz.engine.decode import GenSettings, run
+from specviz.engine import sampling
 from specviz.engine.sampling import SamplingParams
 from specviz.train import init
 from specviz.train.unroll import unroll_mask
@@ -102,6 +105,52 @@ def test_greedy_equals_ar_tiny(tiny_target, heads, name):
         spec = list(run(tiny_target, ids, s, drafter, strategy=name))
         assert tokens_of(spec) == ar, name
         assert spec[-1].target_forwards <= len(ar)
+
+
+def paths(tree) -> dict[tuple[int, ...], float]:
+    """Each drafted node as its token path from the root -> the product of q along it."""
+    out = {}
+    for i in range(1, len(tree)):
+        path, score, j = [], 1.0, i
+        while j > 0:
+            path.append(tree.tokens[j])
+            score *= tree.confidence[j]
+            j = tree.parents[j]
+        out[tuple(reversed(path))] = score
+    return out
+
+
+def test_dynamic_tree_skips_only_nodes_that_cannot_place(tiny_target, heads, monkeypatch):
+    """A tree of the 7 best nodes is the best 7 of the whole expansion (no node ever skipped),
+    while the frontier nodes that could no longer place among them were never run."""
+    ids = tiny_target.encode(PROMPTS[0])
+    torch.manual_seed(2)
+    head = Eagle3Head(tiny_target, vocab()).eval()
+    head.head_w.mul_(40)            # peaked draft distributions: deep nodes compete for a place
+    feats = tiny_target.forward(ids[:-1], tiny_target.new_cache(), taps=head.taps).taps
+    start = Eagle3Drafter(head, None).start
+    rows = []
+    run_nodes = fh.Expander.run
+    monkeypatch.setattr(fh.Expander, "run", lambda self, nodes: rows.append(len(nodes))
+                        or run_nodes(self, nodes))
+    whole = fh.dynamic_tree(head, start(ids, feats), ids[-1], 4, 5, 128)
+    assert rows == [4] * 4 and len(whole) == 1 + 4 + 4 * 16     # all recorded, none skipped
+    rows.clear()
+    best = fh.dynamic_tree(head, start(ids, feats), ids[-1], 4, 5, 8)
+    assert sum(rows) < 16 and max(best.depths) >= 3, (rows, best.depths)
+    ranked = sorted(paths(whole).items(), key=lambda t: (-t[1], len(t[0])))[:7]
+    kept = paths(best)
+    assert set(kept) == {p for p, _ in ranked}
+    assert all(kept[p] == pytest.approx(q, rel=1e-5) for p, q in ranked)
+
+
+def test_greedy_pick_is_the_widened_pick(heads):
+    head = heads["eagle3"]
+    for seed in range(20):
+        logits = torch.randn(len(head.vocab_ids), generator=torch.Generator().manual_seed(seed))
+        fast = fh.pick(head, logits, SamplingParams(), None)
+        full = sampling.pick(widen(logits, head.vocab_ids, head.vocab), SamplingParams(), None)
+        assert fast[:3] == full[:3] and fast[3] == pytest.approx(full[3], rel=1e-6)
 
 
 class Trusting(Acceptance):
