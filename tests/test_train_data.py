@@ -81,7 +81,7 @@ def test_stale_files_are_rebuilt_and_unplanned_ones_removed(tiny_target, respons
     with pytest.raises(D.FeatureError, match="another target"):
         D.TrainData(feats)
     assert build(t, responses, feats)["built"] == SHARDS[:1]
-    D.TrainData(feats)                                       # whole again
+    assert D.TrainData(feats).meta["files"] == "2"           # whole again
 
     (responses / SHARDS[1]).write_bytes((responses / SHARDS[1]).read_bytes() + b" ")
     assert D.stale_files(feats, responses) == SHARDS[1:]
