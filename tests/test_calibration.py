@@ -63,7 +63,7 @@ def test_calibration_instructions_are_stratified_and_unused(tmp_path):
     for it in items:
         assert recalibrate.FIRST_INDEX <= it["index"] < recalibrate.FIRST_INDEX + recalibrate.SPAN
         by[it["source"]] = by.get(it["source"], 0) + 1
-    assert len(by) >= 4 and max(by.values()) == 2
+    assert by == {k: 2 * n for k, n in recalibrate.MIX.items()}
     recalibrate.check_unused(tmp_path)                                   # no shards: fine
     row = {"prompt_ids": [1, 2], "response_ids": [3], "source": "math", "index": 0}
     md = {"stream": "pool", "seed": 0, "first": recalibrate.FIRST_INDEX - 1, "count": 2,
