@@ -91,3 +91,10 @@ def test_collect_on_the_real_drafter(target):
     assert z.shape == s.shape and z.shape[1] == 16 and torch.isfinite(z).all()
     assert (s[:, 1:] <= s[:, :-1]).all()                                 # survival labels
     assert prompt.tolist() == sorted(prompt.tolist()) and set(prompt.tolist()) == {0, 1}
+
+
+def test_sparse_positions_keep_the_previous_temperature():
+    z, acc = synthetic(n=400, gamma=5)
+    acc[:, 2] = False                                      # nothing survives past position 2
+    temps = calibrate.sequential_temperatures(z, acc)
+    assert temps[2] == temps[3] == temps[4] == temps[1]
