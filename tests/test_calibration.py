@@ -48,12 +48,12 @@ def test_fit_reports_on_the_other_half_per_position():
     temps, rep = recalibrate.fit(z.double(), s, half)
     assert torch.equal(temps, temps.to(torch.bfloat16).float())          # as shipped
     assert rep["blocks_fit"] == rep["blocks_report"] == 3000
-    raw = recalibrate.by_position(calibrate.survival(z[~half], torch.ones(4)), s[~half])
-    for before, after in zip(raw, rep["after"]):            # sampling noise at n = 3000: ~0.02
+    raw = recalibrate.score(z[~half], s[~half], torch.ones(4))["by_position"]
+    for before, after in zip(raw, rep["after"]["by_position"]):            # sampling noise at n = 3000: ~0.02
         assert abs(after["gap"]) < 0.05 and after["ece"] < 0.05 < before["ece"]
     assert [r["position"] for r in raw] == [1, 2, 3, 4]
-    assert raw[0]["mean_a"] > rep["after"][0]["mean_a"]                 # 3x overconfident before
-    assert abs(raw[0]["realized"] - rep["after"][0]["realized"]) < 1e-12
+    assert raw[0]["mean_a"] > rep["after"]["by_position"][0]["mean_a"]  # 3x overconfident before
+    assert abs(raw[0]["realized"] - rep["after"]["by_position"][0]["realized"]) < 1e-12
 
 
 def test_calibration_instructions_are_stratified_and_unused(tmp_path):

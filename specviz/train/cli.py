@@ -127,11 +127,11 @@ def main_calibrate(argv: list[str]) -> int:
     target = Target.load("embedded", device=args.device)
     report = recalibrate.run(target, args.per_source, args.max_new_tokens, ship=not args.no_ship,
                              cmd="python -m specviz train calibrate " + " ".join(argv))
-    for row in report["after"]:
+    for row in report["after"]["by_position"]:
         print(f"a_{row['position']}: mean {row['mean_a']:.3f}, realized {row['realized']:.3f}, "
               f"ECE {row['ece']:.3f}")
-    print(f"positions 1-4: ECE {report['after_ece_1_4']:.3f} (before {report['before']['ece_1_4']:.3f})"
-          + ("" if args.no_ship else "; written to assets/"))
+    print(f"positions 1-{recalibrate.POSITIONS}: ECE {report['after']['ece']:.3f} (before "
+          f"{report['before']['ece']:.3f})" + ("" if args.no_ship else "; written to assets/"))
     return 0
 
 

@@ -90,41 +90,50 @@ def collect(target, prompts: list[str], max_new_tokens: int, log=print
     return torch.stack(zs), torch.stack(ss), torch.tensor(rows)
 
 
-def by_position(a: torch.Tensor, s: torch.Tensor, positions: int = 4) -> list[dict]:
-    """Per position j = 1..positions: mean a_j, realized survival, their gap and the ECE."""
+POSITIONS = 4     # the goal is judged on a_1..a_4, per position and pooled over them
+
+
+def by_position(a: torch.Tensor, s: torch.Tensor) -> list[dict]:
+    """Per position j = 1..POSITIONS: mean a_j, realized survival, their gap and the ECE."""
     return [{"position": j + 1, "mean_a": float(a[:, j].mean()), "realized": float(s[:, j].mean()),
              "gap": float(a[:, j].mean() - s[:, j].mean()), "ece": calibrate.ece(a[:, j], s[:, j])}
-            for j in range(min(positions, a.shape[1]))]
+            for j in range(min(POSITIONS, a.shape[1]))]
+
+
+def score(z: torch.Tensor, s: torch.Tensor, temps: torch.Tensor) -> dict:
+    """a_j under `temps` against the survival labels: per position (by_position), and the ECE
+    and AUC pooled over positions 1..POSITIONS."""
+    a, p = calibrate.survival(z.float(), temps), POSITIONS
+    return {"by_position": by_position(a, s), "ece": calibrate.ece(a[:, :p], s[:, :p]),
+            "auc": calibrate.auc(a[:, :p], s[:, :p])}
 
 
 def fit(z: torch.Tensor, s: torch.Tensor, fit_rows: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    """Temperatures fitted on the rows `fit_rows` (bool [N]), rounded as shipped (bf16), and the
-    report on the other rows, before (the temperatures in use) and after."""
+    """Temperatures fitted on the rows `fit_rows` (bool [N]), rounded as shipped (bf16), and
+    their score on the other rows."""
     temps = calibrate.sequential_temperatures(z[fit_rows], s[fit_rows])
     temps = temps.to(torch.bfloat16).float()
-    zr, sr = z[~fit_rows], s[~fit_rows]
-    after = calibrate.survival(zr.float(), temps)
-    return temps, {"after": by_position(after, sr), "after_ece_1_4": calibrate.ece(after[:, :4], sr[:, :4]),
-                   "auc_1_4": calibrate.auc(after[:, :4], sr[:, :4]),
+    return temps, {"after": score(z[~fit_rows], s[~fit_rows], temps),
                    "blocks_fit": int(fit_rows.sum()), "blocks_report": int((~fit_rows).sum())}
 
 
-def card_section(report: dict, before: dict, cmd: str) -> str:
+def card_section(report: dict, cmd: str) -> str:
+    before, after = report["before"], report["after"]
     rows = "\n".join(
         f"| {b['position']} | {b['mean_a']:.3f} | {a['mean_a']:.3f} | {a['realized']:.3f} | "
         f"{a['gap']:+.3f} | {b['ece']:.3f} | {a['ece']:.3f} |"
-        for b, a in zip(before["by_position"], report["after"]))
+        for b, a in zip(before["by_position"], after["by_position"]))
     return (f"{SECTION}\n\n"
             f"`{cmd}` ({report['prompts']} held-out instructions: {report['per_source']} x "
-            f"{MIX} by instruction source, the evaluation categories' mix; stream indices {FIRST_INDEX}..{FIRST_INDEX + SPAN - 1}; greedy, "
-            f"{report['max_new_tokens']} new tokens, the full block verified). Fit on half the "
-            f"prompts ({report['blocks_fit']} blocks), reported on the other half "
-            f"({report['blocks_report']} blocks). Temperatures T_k: "
-            f"{[round(t, 3) for t in report['temperatures']]}.\n\n"
+            f"{MIX} by instruction source, the evaluation categories' mix; stream indices "
+            f"{FIRST_INDEX}..{FIRST_INDEX + SPAN - 1}; greedy, {report['max_new_tokens']} new "
+            f"tokens, the full block verified). Fit on half the prompts ({report['blocks_fit']} "
+            f"blocks), reported on the other half ({report['blocks_report']} blocks). "
+            f"Temperatures T_k: {[round(t, 3) for t in report['temperatures']]}.\n\n"
             "| position j | mean a_j before | mean a_j after | realized survival | gap after | "
             "ECE before | ECE after |\n|---|---|---|---|---|---|---|\n"
-            f"{rows}\n\nPositions 1-4 pooled: ECE {before['ece_1_4']:.3f} before, "
-            f"{report['after_ece_1_4']:.3f} after; AUC {report['auc_1_4']:.3f}.\n")
+            f"{rows}\n\nPositions 1-{POSITIONS} pooled: ECE {before['ece']:.3f} before, "
+            f"{after['ece']:.3f} after; AUC {after['auc']:.3f}.\n")
 
 
 def run(target, per_source: int = 8, max_new_tokens: int = 128, ship: bool = True,
@@ -145,18 +154,15 @@ def fit_and_ship(target, z: torch.Tensor, s: torch.Tensor, prompt: torch.Tensor,
     tensors, cfg = weights.load(ID, target.fingerprint)
     fit_rows = prompt % 2 == 0
     temps, report = fit(z, s, fit_rows)
-    old = calibrate.survival(z[~fit_rows].float(), tensors["temperature"])
-    before = {"by_position": by_position(old, s[~fit_rows]),
-              "ece_1_4": calibrate.ece(old[:, :4], s[~fit_rows][:, :4])}
-    report |= about | {"temperatures": temps.tolist(), "before": before}
+    report |= about | {"temperatures": temps.tolist(),
+                       "before": score(z[~fit_rows], s[~fit_rows], tensors["temperature"])}
     if ship:
         tensors["temperature"] = temps
-        cfg["calibration"] = {"engine": {k: report[k] for k in ("after", "after_ece_1_4",
-                                                                 "auc_1_4", "blocks_fit",
-                                                                 "blocks_report")}}
+        cfg.setdefault("calibration", {})["engine"] = {
+            k: report[k] for k in ("after", "blocks_fit", "blocks_report")}
         weights.save(ID, tensors, cfg, target.fingerprint)
         card = weights.ASSETS / f"{ID}.md"
-        weights.write_card(ID, with_section(card.read_text(), card_section(report, before, cmd)))
+        weights.write_card(ID, with_section(card.read_text(), card_section(report, cmd)))
     return report
 
 
