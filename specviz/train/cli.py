@@ -17,8 +17,6 @@ import argparse
 import importlib
 from pathlib import Path
 
-import torch
-
 from specviz.train import data as D
 from specviz.train import shards
 
@@ -33,6 +31,17 @@ TRAINERS = {
     "dspark": "specviz.train.blocks:dspark",
 }
 ALIASES = {"eagle2": "eagle1"}   # same weights
+
+
+def machine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+
+
+def embedded_target(args):
+    """The embedded target on --device, with --threads torch threads (0 = torch's default)."""
+    from specviz.models.target import Target
+    return Target.load("embedded", device=args.device, threads=args.threads)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -62,8 +71,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--note", default="", help="a paragraph for the model card")
     p.add_argument("--layers", type=int, default=0,
                    help="drafter decoder layers, block drafters only (0 = their default, 2)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    machine_args(p)
     return p
 
 
@@ -82,17 +90,13 @@ def data_parser() -> argparse.ArgumentParser:
                    help="first answer N instructions the target writes itself")
     p.add_argument("--seed", type=int, default=0, help="instruction stream seed")
     p.add_argument("--max-shards", type=int, default=0, help="stop after N new shards (0 = none)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    machine_args(p)
     return p
 
 
 def main_data(argv: list[str]) -> int:
     args = data_parser().parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from specviz.models.target import Target
-    target = Target.load("embedded", device=args.device)
+    target = embedded_target(args)
     done = shards.extend(target, Path(args.out), args.target_tokens, batch=args.batch,
                          max_new_tokens=args.max_new_tokens, shard_seqs=args.shard_seqs,
                          seed=args.seed, self_instruct=args.self_instruct,
@@ -111,8 +115,7 @@ def calibrate_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-source", type=int, default=8, help="instructions per source")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--no-ship", action="store_true", help="report only; do not write assets/")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    machine_args(p)
     return p
 
 
@@ -120,11 +123,8 @@ def main_calibrate(argv: list[str]) -> int:
     args = calibrate_parser().parse_args(argv)
     if not 1 <= args.per_source <= 200:
         calibrate_parser().error("--per-source must be in 1..200")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from specviz.models.target import Target
     from specviz.train import recalibrate
-    target = Target.load("embedded", device=args.device)
+    target = embedded_target(args)
     report = recalibrate.run(target, args.per_source, args.max_new_tokens, ship=not args.no_ship,
                              cmd="python -m specviz train calibrate " + " ".join(argv))
     for row in report["after"]["by_position"]:
@@ -141,12 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "calibrate":
         return main_calibrate(argv[1:])
     args = parser().parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     if not args.build_data and not args.drafter:
         parser().error("give --build-data or --drafter ID")
-    from specviz.models.target import Target
-    target = Target.load("embedded", device=args.device)
+    target = embedded_target(args)
     if args.build_data:
         if not shards.shard_paths(Path(args.shards)):
             parser().error(f"no response shards in {args.shards}; write them with: "
