@@ -1,9 +1,12 @@
 """The one colour legend of the whole app (tokens, tree nodes, bars, badges).
 
-Boundary: names and colours of token statuses, and the legend as HTML. Nothing else in specviz
-spells a status colour.
+Boundary: names and colours of token statuses, the legend as HTML, and the categorical palettes
+of series that are not statuses (requests in a batch, drafters). Nothing else in specviz spells a
+colour.
 """
 from __future__ import annotations
+
+from plotly.colors import qualitative
 
 # status -> (colour, label, meaning)
 STATUS: dict[str, tuple[str, str, str]] = {
@@ -17,6 +20,8 @@ STATUS: dict[str, tuple[str, str, str]] = {
 }
 ROOT = "#343a40"          # the committed token a draft grows from
 PROMPT = "#868e96"
+REQUESTS = qualitative.Dark24    # one per request of a batch (R <= 16 in the app)
+DRAFTERS = qualitative.Dark2     # one per drafter
 
 
 def color(status: str) -> str:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import html
 
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-DRAFTER_COLOURS = qualitative.Dark2
+from specviz.viz import legend
+
 TITLE = "τ by training data: measured in earlier training rounds on this CPU"
 PUBLISHED = ("The published drafters train on GPUs on 10⁵-10⁶ samples (the model cards' "
              "\"published recipes\"; one source article cites 10⁵ target-generated "
@@ -78,7 +78,7 @@ def scaling_figure(points: list[dict]) -> go.Figure:
                                         "engine τ (greedy, 16 dev prompts)"))
     for i, name in enumerate(drafters(points)):
         pts = [p for p in points if p["drafter"] == name]
-        colour = DRAFTER_COLOURS[i % len(DRAFTER_COLOURS)]
+        colour = legend.DRAFTERS[i % len(legend.DRAFTERS)]
         fig.add_trace(_trace(pts, "heldout_tau", "held-out τ (response tokens)", name, colour,
                              True), 1, 1)
         fig.add_trace(_trace(pts, "heldout_all_positions_tau",

@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 
 from specviz import serving_metrics
 from specviz.events import (BatchScheduled, Event, RequestFinished, RequestJoined,
                             RequestStepped, ServeFinished, ServeStarted)
+from specviz.viz import legend
 from specviz.viz.legend import ROOT, color
 
-REQUEST_COLOURS = qualitative.Dark24       # one per request (R <= 16 in the app)
 PROMPT_CHARS = 70                          # a lane shows this much of its prompt
 SHOWN_PAST_CUT = 3                         # a_j values shown after a request's cut
 TABLE_HEADERS = ["policy", "throughput tok/s", "mean per-user tok/s", "τ (tokens / slot)",
@@ -179,7 +178,7 @@ def budget_figure(events: list[Event], title: str = "") -> go.Figure:
         xs, ys, hover = per[rid]
         fig.add_trace(go.Bar(x=xs, y=ys, name=f"request {rid}", hovertext=hover,
                              hoverinfo="text",
-                             marker_color=REQUEST_COLOURS[k % len(REQUEST_COLOURS)]))
+                             marker_color=legend.REQUESTS[k % len(legend.REQUESTS)]))
     steps = [b.step for b in v.scheduled]
     fig.add_trace(go.Scatter(
         x=steps, y=[b.expected_tokens for b in v.scheduled], mode="lines+markers",
@@ -220,7 +219,7 @@ def sps_figure(runs: dict[str, list[Event]]) -> go.Figure:
             x=[b for b, _ in points], y=[bs[0].sps_point[1] for _, bs in points],
             mode="markers", name=f"{label}: steps", opacity=0.8,
             marker=dict(size=[8 + 4 * math.sqrt(len(bs)) for _, bs in points],
-                        color=REQUEST_COLOURS[-1 - k], line=dict(color="white", width=1)),
+                        color=legend.REQUESTS[-1 - k], line=dict(color="white", width=1)),
             hovertext=[_point_hover(label, b, bs) for b, bs in points], hoverinfo="text"))
     if not curve and not any(v.scheduled for v in views.values()):
         fig.add_annotation(text="run a policy to see the curve", showarrow=False,
@@ -252,7 +251,7 @@ def comparison_figure(rows: dict[str, dict[str, Any]]) -> go.Figure:
         y=[rows[k]["throughput_tokens_per_s"] for k in labels], mode="markers+text",
         text=[html.escape(k) for k in labels], showlegend=False,
         textposition=["top center" if i % 2 == 0 else "bottom center" for i in range(len(labels))],
-        marker=dict(size=13, color=[REQUEST_COLOURS[-1 - i] for i in range(len(labels))]),
+        marker=dict(size=13, color=[legend.REQUESTS[-1 - i] for i in range(len(labels))]),
         hovertext=[f"{html.escape(k)}: {rows[k]['throughput_tokens_per_s']:.1f} tok/s in all, "
                    f"{rows[k]['mean_per_request_tokens_per_s']:.1f} per user, "
                    f"τ {rows[k]['mean_accepted_length']:.2f}" for k in labels],
