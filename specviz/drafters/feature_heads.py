@@ -215,7 +215,8 @@ def dynamic_tree(head, state: HeadState, root: int, top_k: int, depth: int,
     recorded = list(frontier)
     levels, level_s = 1, time.perf_counter() - t0
     for _ in range(depth - 1):
-        frontier = [x for x in frontier if x.score >= floor(recorded, total_tokens - 1)]
+        low = floor(recorded, total_tokens - 1)
+        frontier = [x for x in frontier if x.score >= low]
         if not frontier:
             break
         if cost is not None and not worth_drafting(
