@@ -28,7 +28,7 @@ from specviz.models.target import Target
 FULL_CHAIN: dict[str, dict[str, Any]] = {
     "ar": {},
     "dspark": {"scheduler": "threshold", "threshold": 0.0},
-    "dflash": {},
+    "dflash": {"auto_budget": False},
     "mtp": {"auto_budget": False},
     "draft": {"auto_budget": False, "min_confidence": 0.0},
     "peagle": {"auto_budget": False},

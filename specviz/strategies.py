@@ -100,7 +100,9 @@ REGISTRY: dict[str, StrategySpec] = {s.id: s for s in [
     StrategySpec("dflash", "DFlash (block-parallel)",
                  "Fused features of target layers 1, 14, 27 injected as keys/values into the "
                  "drafter; one non-causal forward over [anchor, MASK x (B-1)] drafts a whole "
-                 "block. block_size picks the model (8 or 16); window limits the context.",
+                 "block. block_size picks the model (8 or 16); window limits the context. Under "
+                 "greedy decoding only the prefix of the block worth its verify time goes to "
+                 "the target (auto_budget).",
                  DFlashSettings, build_dflash,
                  caveat="Trained at reduced scale on CPU: acceptance falls off quickly after the "
                         "first few block positions."),

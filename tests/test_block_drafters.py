@@ -153,19 +153,22 @@ def test_greedy_equals_ar_random_weights(tiny_target, kind):
         assert decode(t, ids, drafter, 30)[0] == decode(t, ids, None, 30)[0]
 
 
-@pytest.mark.parametrize("cost,verified", [(ForwardCost([1], [0.04]), 3),       # width is free
-                                           (ForwardCost([1, 2], [0.04, 1.0]), 0)])  # 1 s a token
-def test_mtp_verifies_the_prefix_worth_its_time(tiny_target, cost, verified):
-    """Under greedy decoding with a cost model, mtp sends only the drafts that pay for their
-    verify time (all of them when width is free, none when it is dear); either way the output
-    is ar's, and every draft carries its draft probability as its confidence."""
+@pytest.mark.parametrize("kind,drafts", [("mtp", 3), ("dflash", 7)])
+@pytest.mark.parametrize("cost,all_", [(ForwardCost([1], [0.04]), True),        # width is free
+                                       (ForwardCost([1, 2], [0.04, 1.0]), False)])  # 1 s a token
+def test_chain_verifies_the_prefix_worth_its_time(tiny_target, kind, drafts, cost, all_):
+    """Under greedy decoding with a cost model, mtp and dflash send only the drafts that pay for
+    their verify time (all of them when width is free, none when it is dear); either way the
+    output is ar's, and every draft carries its draft probability as its confidence."""
     t = tiny_target
     ids = t.encode("What is 17 + 25?")
-    out, events = decode(t, ids, MtpDrafter(t, tiny_mtp(t), 3, cost), 20)
+    drafter = (MtpDrafter(t, tiny_mtp(t), 3, cost) if kind == "mtp"
+               else DFlashDrafter(t, tiny_backbone(t), 8, cost=cost))
+    out, events = decode(t, ids, drafter, 20)
     assert out == decode(t, ids, None, 20)[0]
-    drafts = [e for e in events if isinstance(e, ev.DraftProposed)][1:]   # step 1: no feature yet
-    assert drafts and all(len(d.tokens) - 1 == verified for d in drafts[:-1])
-    assert all(0 < c <= 1 for d in drafts for c in d.confidence[1:])
+    proposed = [e for e in events if isinstance(e, ev.DraftProposed)][1:]   # step 1: no feature yet
+    assert proposed and all(len(d.tokens) - 1 == (drafts if all_ else 0) for d in proposed[:-1])
+    assert all(0 < c <= 1 for d in proposed for c in d.confidence[1:])
 
 
 @pytest.mark.parametrize("sid,overrides", [("mtp", {}), ("dflash", {"block_size": 8}),

@@ -271,7 +271,7 @@ def test_eagle1_layout(tiny, tmp_path):
 
 def test_dflash_layout(tiny, tmp_path):
     path, t = dflash_folder(tmp_path / "df", tiny)
-    drafter = _drafter(tiny, "dflash", path)
+    drafter = _drafter(tiny, "dflash", path, auto_budget="false")   # the whole block, not timed
     assert drafter.block == 6 and drafter.taps == tuple(i + 1 for i in BLOCK_IDS)
     h = drafter.block_hidden(_state(tiny, drafter, PROMPT), tiny.embed, PROMPT[-1], 6)
     ref = ref_block(t, tiny, PROMPT, 6, 2, 7)
@@ -343,7 +343,7 @@ def test_bad_folders(tmp_path, monkeypatch):
 # --- export -> import on the embedded model ------------------------------------------------------
 # timing-free settings: the cost-model budgets would cut trees by measured time
 @pytest.mark.parametrize("drafter_id,sid,kw", [
-    ("eagle3", "eagle3", {"auto_budget": "false"}), ("dflash-b16", "dflash", {}),
+    ("eagle3", "eagle3", {"auto_budget": "false"}), ("dflash-b16", "dflash", {"auto_budget": "false"}),
     ("eagle1", "eagle2", {"auto_budget": "false"}), ("dspark", "dspark", {"scheduler": "threshold"})])
 def test_export_round_trip(target, tmp_path, drafter_id, sid, kw):
     from specviz.drafters.published.export import export

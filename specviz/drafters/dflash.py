@@ -10,9 +10,13 @@ non-causal forward over the block [anchor, MASK x (B-1)], embedded with the targ
 embedding; the target's frozen LM head turns block rows into drafts. The per-request cache holds
 projected keys/values of committed context only (block keys/values are never kept), optionally
 only the last `window` positions. DSpark (dspark.py) reuses the backbone and the context cache.
+Under greedy decoding with the target's cost model (auto_budget), only the prefix of the block's
+drafts worth its verify time goes to the target, as for the `peagle` block: on a GPU a 16-wide
+verify costs about what a 1-wide one does and the whole block is kept; on a 2-core CPU it does not.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -20,6 +24,7 @@ from torch import nn
 
 from specviz.drafters import weights
 from specviz.drafters.layers import DecoderLayer, DraftHead, LayerShape, vocab_lookup
+from specviz.engine.cost import Acceptance, ForwardCost, chain_values, forward_cost, verify_prefix
 from specviz.engine.sampling import SamplingParams, pick
 from specviz.engine.tree import DraftTree
 from specviz.models.kernels import pack_linears
@@ -32,6 +37,7 @@ BLOCK_SIZES = (8, 16)  # shipped models: assets/dflash-b8, assets/dflash-b16
 class DFlashSettings:
     block_size: int = 16       # picks the model: B - 1 drafts per forward
     window: int = 0            # attend to only the last W context positions (0 = all)
+    auto_budget: bool = True   # greedy: verify only the prefix of the block that pays for its time
     path: str = ""             # a published drafter folder or hub id; its own block size is used
 
     def check(self) -> None:
@@ -91,6 +97,7 @@ class ContextState:
     kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
     length: int = 0        # committed context positions seen (target cache length)
     kept: int = 0          # positions held in kv (<= window when windowed)
+    acceptance: Acceptance = field(default_factory=Acceptance)   # learnt from verified drafts
 
 
 class ContextCache:
@@ -142,13 +149,19 @@ class ContextCache:
 class DFlashDrafter(ContextCache):
     """Block size B: row k of the block (k = 1..B-1) drafts the token k after the anchor."""
 
-    def __init__(self, target, backbone: BlockBackbone, block: int, window: int = 0):
+    def __init__(self, target, backbone: BlockBackbone, block: int, window: int = 0,
+                 cost: ForwardCost | None = None):
         super().__init__(backbone, window)
-        self.target, self.block = target, block
+        self.target, self.block, self.cost = target, block, cost
         self.head = DraftHead(target, backbone.vocab)
+
+    def commit(self, state: ContextState, tokens: list[int], feats: dict[int, torch.Tensor]) -> None:
+        state.acceptance.settle(tokens)
+        super().commit(state, tokens, feats)
 
     def draft(self, state: ContextState, root: int, sp: SamplingParams,
               generator: torch.Generator | None) -> DraftTree:
+        t0 = time.perf_counter()
         h = self.block_hidden(state, self.target.embed, root, self.block)
         with torch.inference_mode():
             logits = self.head.full(self.head.logits(h[1:]))                   # [B-1, V]
@@ -157,8 +170,13 @@ class DFlashDrafter(ContextCache):
             tok, q, q_row, conf = pick(row, sp, generator)
             toks.append(tok), qs.append(q), rows.append(q_row), confs.append(conf)
         ctx = f"last {state.kept} of {state.length}" if self.window else f"{state.length}"
-        return DraftTree.chain(root, toks, q=qs, q_rows=rows, confidence=confs,
-                               note=f"one block forward: {len(toks)} drafts, context {ctx} positions")
+        note = f"one block forward: {len(toks)} drafts, context {ctx} positions"
+        if self.cost is not None and sp.greedy:
+            n, cut = verify_prefix(chain_values(state.acceptance, confs),
+                                   time.perf_counter() - t0, self.cost)
+            toks, qs, rows, confs, note = toks[:n], qs[:n], rows[:n], confs[:n], note + cut
+        return state.acceptance.expect(DraftTree.chain(root, toks, q=qs, q_rows=rows,
+                                                       confidence=confs, note=note))
 
 
 def build_dflash(target, settings: DFlashSettings) -> DFlashDrafter:
@@ -167,4 +185,5 @@ def build_dflash(target, settings: DFlashSettings) -> DFlashDrafter:
                        cfg["layers"], tuple(cfg["taps"]))
     bb.load_state_dict(tensors)
     return DFlashDrafter(target, pack_linears(bb.to(target.device, target.dtype).eval()),
-                         settings.block_size, settings.window)
+                         settings.block_size, settings.window,
+                         forward_cost(target) if settings.auto_budget else None)

@@ -66,7 +66,8 @@ SETTING_HELP = {
     "auto_budget": "greedy: stop drafting, and send only the best draft tokens, once more "
                    "would cost more time than they save (measured forward cost; acceptance "
                    "learnt from this request's verified drafts). false = the classic rule "
-                   "(EAGLE-2's whole tree; the draft model's min_confidence; all k of P-EAGLE; all γ "
+                   "(EAGLE-2's whole tree; the draft model's min_confidence; all k of P-EAGLE; "
+                   "DFlash's whole block; all γ "
                    "of MTP, whose default is false)",
     "block_size": "block: positions drafted by one forward",
     "threshold": "threshold scheduler (and every sampled run): cut the draft where the prefix "
