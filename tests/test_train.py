@@ -3,6 +3,7 @@ and a checkpoint saves, reloads and resumes; weights ship with a card and load b
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -106,6 +107,12 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
                       out_dir=str(tmp_path / "ck"))
     train(tr, data, cfg, tiny_target)
     assert (tmp_path / "eagle3.md").read_text().count("held-out") >= 2
+    # a fine-tuning round's card adds its data to what the previous weights were trained on
+    for rnd in (2, 3):
+        train(tr, data, replace(cfg, init="shipped", out_dir=str(tmp_path / f"ck{rnd}")), tiny_target)
+        n = rnd * int(data.meta["response_tokens"])
+        assert f"{rnd * int(data.meta['sequences'])} sequences" in (tmp_path / "eagle3.md").read_text()
+        assert f"({n} response tokens)" in (tmp_path / "eagle3.md").read_text()
     head = eagle3.load_head(tiny_target)
     assert torch.equal(head.vocab_ids, tr.module.vocab_ids)
     with pytest.raises(Exception, match="another target"):

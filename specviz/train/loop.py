@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -221,6 +222,25 @@ def train(trainable: Trainable, data: TrainData, cfg: TrainConfig, target=None) 
     return {k: state[k] for k in ("step", "elapsed_s", "tokens", "final_eval")}
 
 
+DATA_ROW = re.compile(r"^\| training data (?:summed over rounds )?\| (\d+) sequences, (\d+) tokens "
+                      r"\((\d+) response tokens\)", re.M)
+
+
+def summed_data_row(previous_card: str, meta: dict) -> str:
+    """A fine-tuned drafter's card row: this run's data added to what the previous weights were
+    trained on (the previous card's summed row when it has one, else its 'training data' row);
+    empty when the previous card states neither. A sequence seen in two rounds counts twice."""
+    rows = DATA_ROW.findall(previous_card)
+    if not rows:
+        return ""
+    before = [int(x) for x in rows[-1]]          # the summed row follows the training data row
+    now = [int(meta["sequences"]), int(meta["tokens"]), int(meta["response_tokens"])]
+    total = [a + b for a, b in zip(before, now)]
+    return (f"| training data summed over rounds | {total[0]} sequences, {total[1]} tokens "
+            f"({total[2]} response tokens): the previous weights' {before[2]} response tokens, "
+            f"then this run's {now[2]} |\n")
+
+
 def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, target) -> None:
     """Write the drafter's weights to assets/ and its model card."""
     tensors, config = trainable.export()
@@ -236,6 +256,9 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
     also = f" and to {selfi} instructions the target wrote itself (self-instruct)" if selfi else ""
     start = ("fine-tuned from the weights previously shipped in assets/ (their card's data and "
              "steps come before these)" if cfg.init == "shipped" else "fresh weights")
+    previous = weights.ASSETS / f"{cfg.drafter_id}.md"
+    summed = (summed_data_row(previous.read_text(encoding="utf-8"), meta)
+              if cfg.init == "shipped" and previous.exists() else "")
     card = f"""# `{cfg.drafter_id}` drafter for {target.model_id}
 
 {trainable.describe()}
@@ -245,7 +268,7 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 | shipped parameters | {n_params:,} ({', '.join(f'{p.name} {p.stat().st_size / 2**20:.1f} MiB' for p in paths)}) |
 | target fingerprint | `{target.fingerprint}` |
 | training data | {meta['sequences']} sequences, {meta['tokens']} tokens ({meta['response_tokens']} response tokens) of target-generated answers to the offline instruction stream (`specviz/train/sources.py`){also}; {len(data.heldout_ids)} sequences held out |
-| start | {start} |
+{summed}| start | {start} |
 | optimisation | AdamW lr {cfg.lr}, warmup {cfg.warmup}, cosine; batch {cfg.batch_size} x {cfg.seq_len} tokens; seed {cfg.seed} |
 | steps | {state['step']} ({state['tokens']:,} tokens seen) |
 | hardware | {hw} |
