@@ -24,7 +24,7 @@ from torch import nn
 
 from specviz.drafters import weights
 from specviz.drafters.layers import DecoderLayer, DraftHead, LayerShape, vocab_lookup
-from specviz.engine.cost import Acceptance, ForwardCost, chain_values, forward_cost, verify_prefix
+from specviz.engine.cost import Acceptance, ForwardCost, budget_chain, forward_cost
 from specviz.engine.sampling import SamplingParams, pick
 from specviz.engine.tree import DraftTree
 from specviz.models.kernels import pack_linears
@@ -170,13 +170,9 @@ class DFlashDrafter(ContextCache):
             tok, q, q_row, conf = pick(row, sp, generator)
             toks.append(tok), qs.append(q), rows.append(q_row), confs.append(conf)
         ctx = f"last {state.kept} of {state.length}" if self.window else f"{state.length}"
-        note = f"one block forward: {len(toks)} drafts, context {ctx} positions"
-        if self.cost is not None and sp.greedy:
-            n, cut = verify_prefix(chain_values(state.acceptance, confs),
-                                   time.perf_counter() - t0, self.cost)
-            toks, qs, rows, confs, note = toks[:n], qs[:n], rows[:n], confs[:n], note + cut
-        return state.acceptance.expect(DraftTree.chain(root, toks, q=qs, q_rows=rows,
-                                                       confidence=confs, note=note))
+        tree = DraftTree.chain(root, toks, q=qs, q_rows=rows, confidence=confs,
+                               note=f"one block forward: {len(toks)} drafts, context {ctx} positions")
+        return budget_chain(tree, state.acceptance, self.cost, time.perf_counter() - t0, sp.greedy)
 
 
 def build_dflash(target, settings: DFlashSettings) -> DFlashDrafter:

@@ -25,7 +25,7 @@ from torch import nn
 
 from specviz.drafters import weights
 from specviz.drafters.layers import DecoderLayer, DraftHead, LayerShape, causal_mask
-from specviz.engine.cost import Acceptance, ForwardCost, chain_values, forward_cost, verify_prefix
+from specviz.engine.cost import Acceptance, ForwardCost, budget_chain, forward_cost
 from specviz.engine.sampling import SamplingParams, pick
 from specviz.engine.tree import DraftTree
 from specviz.models.kernels import pack_linears
@@ -143,13 +143,9 @@ class MtpDrafter:
         # drop the draft steps' keys/values: the cache keeps committed positions only
         state.kv = (state.kv[0][:, :, :committed], state.kv[1][:, :, :committed])
         state.length = committed
-        note = f"MTP module reused {self.gamma}x ({self.origin})"
-        if self.cost is not None and sp.greedy:
-            n, cut = verify_prefix(chain_values(state.acceptance, confs),
-                                   time.perf_counter() - t0, self.cost)
-            toks, qs, rows, confs, note = toks[:n], qs[:n], rows[:n], confs[:n], note + cut
-        return state.acceptance.expect(DraftTree.chain(root, toks, q=qs, q_rows=rows,
-                                                       confidence=confs, note=note))
+        tree = DraftTree.chain(root, toks, q=qs, q_rows=rows, confidence=confs,
+                               note=f"MTP module reused {self.gamma}x ({self.origin})")
+        return budget_chain(tree, state.acceptance, self.cost, time.perf_counter() - t0, sp.greedy)
 
 
 def build_mtp(target, settings: MtpSettings) -> MtpDrafter:

@@ -24,7 +24,7 @@ from specviz.drafters import feature_heads as fh
 from specviz.drafters.eagle import FrozenTargetParts
 from specviz.drafters.eagle3 import eagle3_taps
 from specviz.drafters.layers import DecoderLayer, LayerShape
-from specviz.engine.cost import chain_values, forward_cost, verify_prefix
+from specviz.engine.cost import budget_chain, forward_cost
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 
@@ -100,15 +100,11 @@ class PEagleDrafter(fh.HeadDrafter):
         rows = list(first[1])
         picks = [fh.pick(head, lg, sp, generator) for lg in rows]
         toks, qs, qrows, confs = (list(x) for x in zip(*picks))
-        note = f"P-EAGLE: {K} tokens from one forward"
-        if self.cost is not None and sp.greedy:
-            values = chain_values(state.acceptance, confs)
-            n, cut = verify_prefix(values, time.perf_counter() - t0, self.cost)
-            toks, confs, note = toks[:n], confs[:n], note + cut
         greedy = sp.greedy
-        return state.acceptance.expect(DraftTree.chain(
-            root, toks, q=None if greedy else qs, q_rows=None if greedy else qrows,
-            confidence=confs, note=note))
+        tree = DraftTree.chain(root, toks, q=None if greedy else qs,
+                               q_rows=None if greedy else qrows, confidence=confs,
+                               note=f"P-EAGLE: {K} tokens from one forward")
+        return budget_chain(tree, state.acceptance, self.cost, time.perf_counter() - t0, greedy)
 
 
 def build(target, settings: PEagleSettings) -> PEagleDrafter:

@@ -11,15 +11,19 @@ the packed kernels), so verifying low-probability nodes costs more time than the
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import operator
 import time
 import weakref
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
 from specviz.engine.scheduler import algorithm1
+
+if TYPE_CHECKING:
+    from specviz.engine.tree import DraftTree
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 CONTEXT = 64
@@ -189,3 +193,15 @@ def chain_values(acceptance: Acceptance, confidences: list[float]) -> list[float
     """A chain's values for `verify_prefix`: products of the learnt acceptance of each token's
     draft probability."""
     return list(itertools.accumulate((acceptance(c) for c in confidences), operator.mul))
+
+
+def budget_chain(tree: "DraftTree", acceptance: Acceptance, cost: ForwardCost | None,
+                 draft_s: float, greedy: bool) -> "DraftTree":
+    """A chain drafted whole (one block forward, or a module reused gamma times), cut under
+    greedy decoding with a cost model to the prefix worth its verify time (`verify_prefix` over
+    `chain_values` of its confidences, the note saying so), then held by `acceptance` until its
+    verdict."""
+    if cost is not None and greedy:
+        n, cut = verify_prefix(chain_values(acceptance, tree.confidence[1:]), draft_s, cost)
+        tree = dataclasses.replace(tree.truncate(n), note=tree.note + cut)
+    return acceptance.expect(tree)
