@@ -77,20 +77,23 @@ def greedy_match(target: Target, prompt_ids: list[int], ref: list[int], got: lis
 
 # A runner's run on one prompt: a generator that yields the seconds of each of its turns (one
 # turn in all, or one per decoding step when `stepped`) and returns (tokens, target forwards).
-Turns = Generator[float, None, tuple[list[int], int | None]]
+Split = tuple[float, float] | None   # (draft s, verify s) of one run; None for the HF peers
+Turns = Generator[float, None, tuple[list[int], int | None, Split]]
 Runner = Callable[[list[int], GenSettings, bool], Turns]
 Pause = Callable[[], None]
 
 
 def _ours(target: Target, sid: str, overrides: dict[str, str]) -> Runner:
-    def decode(pids: list[int], s: GenSettings, pause: Pause | None) -> tuple[list[int], int]:
+    def decode(pids: list[int], s: GenSettings, pause: Pause | None
+               ) -> tuple[list[int], int, Split]:
         events = []
         for e in runner.stream(target, strategy=sid, prompt_ids=pids, gen=s, overrides=overrides):
             events.append(e)
             if pause and isinstance(e, ev.KVUpdated):
                 pause()
         res = runner.Result.of(sid, events)
-        return res.token_ids, res.finished.target_forwards
+        done = res.finished
+        return res.token_ids, done.target_forwards, (done.draft_s, done.verify_s)
 
     def go(pids: list[int], s: GenSettings, stepped: bool) -> Turns:
         return (yield from _turns(lambda pause: decode(pids, s, pause), stepped))
@@ -134,7 +137,8 @@ def _hf_runner(target: Target, name: str) -> Runner:
         from specviz.drafters.draft import load_draft_lm  # the `draft` strategy's LM
         extra["assistant_model"] = load_draft_lm(target)
 
-    def generate(ids: list[int], s: GenSettings, pause: Pause | None) -> tuple[list[int], int]:
+    def generate(ids: list[int], s: GenSettings, pause: Pause | None
+                 ) -> tuple[list[int], int, Split]:
         x = torch.tensor([ids], device=target.device)
         kw: dict[str, Any] = dict(max_new_tokens=s.max_new_tokens, pad_token_id=target.tokenizer.eos_token_id)
         if s.temperature > 0:
@@ -147,7 +151,7 @@ def _hf_runner(target: Target, name: str) -> Runner:
             out = target.model.generate(x, attention_mask=torch.ones_like(x),
                                         streamer=turns.Streamer(pause) if pause else None,
                                         **kw, **extra)
-        return out[0, len(ids):].tolist(), forwards[0]
+        return out[0, len(ids):].tolist(), forwards[0], None
 
     def go(ids: list[int], s: GenSettings, stepped: bool) -> Turns:
         return (yield from _turns(lambda pause: generate(ids, s, pause), stepped))
@@ -174,13 +178,14 @@ def forward_count(model: torch.nn.Module) -> Iterator[list[int]]:
 
 
 def _run(runs: dict[str, Turns], turn_order: random.Random | None
-         ) -> dict[str, tuple[list[int], float, int | None]]:
+         ) -> dict[str, tuple[list[int], float, int | None, Split]]:
     """Drive each runner's run to its end: one after another in the dict's order, or, given
     `turn_order` (a seeded RNG: lockstep), in rounds of one turn each, in a fresh random order
     every round (no runner always follows the same one). Returns name -> (tokens, wall seconds,
-    target forwards), the wall time being the sum of the runner's own turns."""
+    target forwards, (draft s, verify s) or None), the wall time being the sum of the runner's
+    own turns."""
     wall = dict.fromkeys(runs, 0.0)
-    done: dict[str, tuple[list[int], int | None]] = {}
+    done: dict[str, tuple[list[int], int | None, Split]] = {}
     while len(done) < len(runs):
         names = [n for n in runs if n not in done]
         for name in turn_order.sample(names, len(names)) if turn_order else names:
@@ -191,7 +196,7 @@ def _run(runs: dict[str, Turns], turn_order: random.Random | None
                     done[name] = stop.value
                 if turn_order:
                     break
-    return {name: (toks, wall[name], fw) for name, (toks, fw) in done.items()}
+    return {name: (toks, wall[name], fw, split) for name, (toks, fw, split) in done.items()}
 
 
 MAX_REPEATS = 20
@@ -249,15 +254,16 @@ def bench(target: Target, *, strategy_ids: list[str], prompts: list[Prompt],
             k = (n + r) % len(order)
             results = _run({name: runners[name](pids, s, lockstep)
                             for name in order[k:] + order[:k]}, turn_order)
-            for name, (toks, wall, _) in results.items():
+            for name, (toks, wall, _, _) in results.items():
                 log(f"{pr.id} {name}: {len(toks)} tokens in {wall:.2f} s")
             ref = results["ar"][0]
-            for name, (toks, wall, forwards) in results.items():
+            for name, (toks, wall, forwards, split) in results.items():
                 match = greedy_match(target, pids, ref, toks) if settings.temperature == 0 else None
                 runs[name][n].append({
                     "id": pr.id, "category": pr.category, "new_tokens": len(toks), "wall_s": wall,
                     "tokens_per_s": len(toks) / wall if wall > 0 else 0.0,
                     "target_forwards": forwards,
+                    "draft_s": split and split[0], "verify_s": split and split[1],
                     "mean_accepted_length": (len(toks) / forwards
                                              if forwards and name not in PEERS else None),
                     "greedy_match": match})
@@ -280,9 +286,16 @@ def _report(rows: dict[str, list[dict]], target: Target, s: GenSettings, max_new
         wall = sum(x["wall_s"] for x in r)
         fw = sum(x["target_forwards"] or 0 for x in r)
         matches = [x["greedy_match"] for x in r]
+        ours = fw and name not in PEERS
+
+        def per_step(key: str) -> float | None:    # ms of drafting / verifying per target forward
+            return 1000 * sum(x[key] for x in r) / fw if ours else None
+
         return {"tokens_per_s": tok / wall if wall else 0.0,   # peers: τ null (DESIGN.md §5)
-                "mean_accepted_length": tok / fw if fw and name not in PEERS else None,
+                "mean_accepted_length": tok / fw if ours else None,
                 "new_tokens": tok, "wall_s": wall, "target_forwards": fw or None,
+                "draft_ms_per_step": per_step("draft_s"),
+                "verify_ms_per_step": per_step("verify_s"),
                 "greedy_match_rate": None if s.temperature > 0 else sum(matches) / len(matches)}
 
     aggs = {k: agg(k) for k in rows}
@@ -309,12 +322,14 @@ def table(report: dict) -> str:
     """The report for a terminal: one line per strategy (aggregates), then one line per prompt
     with each strategy's speedup over `ar` on it ("x" marks a greedy mismatch)."""
     f = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
-    head = f"{'strategy':<18}{'tok/s':>8}{'tau':>7}{'fwd':>6}{'vs ar':>8}{'vs hf':>8}{'greedy':>8}"
+    head = (f"{'strategy':<18}{'tok/s':>8}{'tau':>7}{'fwd':>6}{'draft ms':>9}{'verify ms':>10}"
+            f"{'vs ar':>8}{'vs hf':>8}{'greedy':>8}")
     lines = [head, "-" * len(head)]
     for name, d in report["strategies"].items():
         a = d["aggregate"]
         lines.append(f"{name:<18}{f(a['tokens_per_s']):>8}{f(a['mean_accepted_length']):>7}"
-                     f"{a['target_forwards'] or '-':>6}{f(a['speedup_vs_ar']):>8}"
+                     f"{a['target_forwards'] or '-':>6}{f(a.get('draft_ms_per_step'), 1):>9}"
+                     f"{f(a.get('verify_ms_per_step'), 1):>10}{f(a['speedup_vs_ar']):>8}"
                      f"{f(a['speedup_vs_hf_generate']):>8}{f(a['greedy_match_rate']):>8}")
     names = [n for n in report["strategies"] if n != "ar"]
     if not names:

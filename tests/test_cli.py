@@ -89,6 +89,16 @@ def test_bench_json_contract(capsys, tmp_path):
     for p in d["strategies"]["hf-prompt-lookup"]["prompts"]:
         assert 1 <= p["target_forwards"] <= p["new_tokens"]
     assert d["strategies"]["hf-generate"]["aggregate"]["speedup_vs_hf_generate"] == pytest.approx(1.0)
+    # where the time of a step goes: ours split drafting from verifying, the peers cannot
+    for sid in ("ar", "ngram"):
+        a, rows = d["strategies"][sid]["aggregate"], d["strategies"][sid]["prompts"]
+        assert all(r["draft_s"] >= 0 and r["verify_s"] > 0 for r in rows)
+        assert a["verify_ms_per_step"] == pytest.approx(
+            1000 * sum(r["verify_s"] for r in rows) / a["target_forwards"])
+        assert a["draft_ms_per_step"] + a["verify_ms_per_step"] <= 1000 / a["tokens_per_s"] * (
+            a["new_tokens"] / a["target_forwards"])        # within the wall time of a step
+    assert d["strategies"]["ar"]["aggregate"]["draft_ms_per_step"] < 1.0     # ar drafts nothing
+    assert d["strategies"]["hf-generate"]["aggregate"]["draft_ms_per_step"] is None
 
 
 def test_bench_sampling_has_null_greedy_match(capsys, tmp_path):
@@ -154,15 +164,18 @@ def test_bench_table_shows_aggregates_and_each_prompt():
 
     def strat(tps, vs_ar, tau, fwd, prompts):
         return {"aggregate": {"tokens_per_s": tps, "mean_accepted_length": tau, "target_forwards": fwd,
-                              "speedup_vs_ar": vs_ar, "speedup_vs_hf_generate": None,
-                              "greedy_match_rate": 0.5}, "prompts": prompts}
+                              "draft_ms_per_step": 12.5 if tau > 1 else 0.0,
+                              "verify_ms_per_step": 80.0, "speedup_vs_ar": vs_ar,
+                              "speedup_vs_hf_generate": None, "greedy_match_rate": 0.5},
+                "prompts": prompts}
 
     report = {"settings": {}, "strategies": {
         "ar": strat(10.0, 1.0, 1.0, 20, [row("p1", 10.0, 1.0), row("p2", 10.0, 1.0)]),
         "ngram": strat(15.0, 1.5, 1.4, 14, [row("p1", 20.0, 2.0), row("p2", 9.0, 0.9, False)])}}
     lines = table(report).splitlines()
-    assert lines[2].split() == ["ar", "10.00", "1.00", "20", "1.00", "-", "0.50"]
-    assert lines[3].split() == ["ngram", "15.00", "1.40", "14", "1.50", "-", "0.50"]
+    assert lines[0].split()[4:7] == ["draft", "ms", "verify"]
+    assert lines[2].split() == ["ar", "10.00", "1.00", "20", "0.0", "80.0", "1.00", "-", "0.50"]
+    assert lines[3].split() == ["ngram", "15.00", "1.40", "14", "12.5", "80.0", "1.50", "-", "0.50"]
     assert lines[-2].split() == ["p1", "10", "10.0", "2.00"]
     assert lines[-1].split() == ["p2", "10", "10.0", "0.90x"]   # x: tokens differ from ar's
 
