@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 shipped, _ = weights.load(did, target.fingerprint)
             except DrafterUnavailable as exc:
                 parser().error(str(exc))
-            args.shipped_vocab = shipped.pop("vocab_ids", shipped.get("vocab"))
+            args.shipped_vocab = D.shipped_vocab(shipped)
         try:
             data = D.TrainData(args.data)
             stale = D.stale_files(Path(args.data), Path(args.shards))

@@ -372,6 +372,15 @@ def draft_vocab(path: str | Path, n: int, vocab: int) -> torch.Tensor:
     return TrainData(path).vocab_by_mass(n, vocab)
 
 
+def shipped_vocab(tensors: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    """The reduced draft vocabulary in shipped weights, under whichever key the drafter keeps it:
+    `vocab_ids` (outside the module: popped) or a `vocab` buffer (`vocab`, `backbone.vocab`);
+    None when they have none."""
+    if "vocab_ids" in tensors:
+        return tensors.pop("vocab_ids")
+    return next((v for k, v in tensors.items() if k.rsplit(".", 1)[-1] == "vocab"), None)
+
+
 def drafter_vocab(args, n: int, vocab: int) -> torch.Tensor:
     """The reduced vocabulary of a drafter about to be trained: the shipped weights' own when
     fine-tuning them (`--init shipped` sets args.shipped_vocab), else the feature folder's."""

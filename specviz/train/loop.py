@@ -119,7 +119,15 @@ def to(batch: dict, dev: torch.device) -> dict:
 # --- checkpoints ----------------------------------------------------------------------------
 def init_from(module: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
     """Start from shipped weights (fine-tuning): every shipped tensor must fit the module, and
-    every trained parameter must come from them."""
+    every trained parameter must come from them. An integer buffer (a draft vocabulary, its
+    lookup) must already equal the shipped one: the module was then built for their vocabulary,
+    whose rows its frozen LM head slice and its tables are indexed by."""
+    own = module.state_dict()
+    clash = [k for k, v in tensors.items()
+             if k in own and not v.is_floating_point() and not torch.equal(v, own[k])]
+    if clash:
+        raise ValueError(f"the shipped weights do not fit this drafter (built for another "
+                         f"vocabulary: {clash[:4]})")
     missing, unexpected = module.load_state_dict(tensors, strict=False)
     trained = {k for k, p in module.named_parameters() if p.requires_grad}
     if unexpected or trained & set(missing):
