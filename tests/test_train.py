@@ -165,6 +165,39 @@ def test_fine_tuning_keeps_the_vocabulary_wherever_it_is_stored(tiny_target, tin
     init_from(dspark(vocab), tensors)
 
 
+def test_a_deeper_block_drafter_grows_from_shallower_weights(tiny_target):
+    """`--layers 3 --init shipped` on 2-layer weights: the third layer starts as the identity,
+    so the grown drafter computes what the shipped one did; only appended layers may be new."""
+    from specviz.drafters.dflash import BlockBackbone
+    from specviz.drafters.layers import LayerShape
+    from specviz.train import init
+    from specviz.train.loop import grown_layers
+
+    def backbone(layers):
+        torch.manual_seed(layers)
+        bb = BlockBackbone(LayerShape.of(tiny_target), torch.arange(100, 300), tiny_target.vocab,
+                           layers, (1, 2, 3))
+        return init.block_backbone(bb, tiny_target).eval()
+
+    two = backbone(2)
+    with torch.no_grad():
+        for p in two.parameters():
+            p.add_(0.01 * torch.randn_like(p))      # trained: no longer the identity start
+    tensors = two.state_dict()
+    three = backbone(3)
+    assert grown_layers(three, tensors) == ["layers.2."]
+    init_from(three, tensors)
+    feats = {t: torch.randn(1, 5, tiny_target.hidden) for t in (1, 2, 3)}
+    x = torch.randn(1, 4, tiny_target.hidden)
+    pos, ctx = torch.arange(5, 9), torch.arange(5)
+    with torch.no_grad():
+        want = two(x, pos, two.context_kv(two.fuse(feats), ctx))
+        got = three(x, pos, three.context_kv(three.fuse(feats), ctx))
+    torch.testing.assert_close(got, want)
+    with pytest.raises(ValueError, match="missing"):    # a missing middle layer is no growth
+        init_from(backbone(3), {k: v for k, v in tensors.items() if not k.startswith("layers.0.")})
+
+
 def test_fine_tuning_the_draft_model_loads_its_lm(tiny_target, tiny_data):
     """The draft LM ships its inner LlamaForCausalLM's keys (`export_root`); they load back."""
     from specviz.drafters.draft import DraftModel

@@ -116,12 +116,31 @@ def to(batch: dict, dev: torch.device) -> dict:
     return {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
 
 
-# --- checkpoints ----------------------------------------------------------------------------
+# --- starting from shipped weights, checkpoints ----------------------------------------------
+LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def grown_layers(module: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> list[str]:
+    """Decoder layers of `module` past the last one the shipped tensors hold (a deeper drafter
+    built from shallower weights, `--layers` above theirs), as their name prefixes."""
+    def index(name: str) -> tuple[str, int] | None:
+        m = LAYER.search(name)
+        return (name[:m.start(1)], int(m.group(1))) if m else None
+
+    have = {index(k) for k in tensors} - {None}
+    deepest = {pre: max(i for p, i in have if p == pre) for pre, _ in have}
+    mine = {index(k) for k, _ in module.named_parameters()} - {None}
+    return sorted(f"{pre}{i}." for pre, i in mine if pre in deepest and i > deepest[pre])
+
+
 def init_from(module: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
     """Start from shipped weights (fine-tuning): every shipped tensor must fit the module, and
-    every trained parameter must come from them. An integer buffer (a draft vocabulary, its
-    lookup) must already equal the shipped one: the module was then built for their vocabulary,
-    whose rows its frozen LM head slice and its tables are indexed by."""
+    every trained parameter must come from them, except those of decoder layers appended past
+    the shipped ones (`grown_layers`): these keep their fresh start, which for the block
+    drafters is the identity (init.block_backbone), so the deeper drafter first drafts what the
+    shipped one did. An integer buffer (a draft vocabulary, its lookup) must already equal the
+    shipped one: the module was then built for their vocabulary, whose rows its frozen LM head
+    slice and its tables are indexed by."""
     own = module.state_dict()
     clash = [k for k, v in tensors.items()
              if k in own and not v.is_floating_point() and not torch.equal(v, own[k])]
@@ -129,7 +148,9 @@ def init_from(module: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None
         raise ValueError(f"the shipped weights do not fit this drafter (built for another "
                          f"vocabulary: {clash[:4]})")
     missing, unexpected = module.load_state_dict(tensors, strict=False)
-    trained = {k for k, p in module.named_parameters() if p.requires_grad}
+    grown = tuple(grown_layers(module, tensors))
+    trained = {k for k, p in module.named_parameters()
+               if p.requires_grad and not k.startswith(grown)}
     if unexpected or trained & set(missing):
         raise ValueError(f"the shipped weights do not fit this drafter (unexpected "
                          f"{sorted(unexpected)[:4]}, missing {sorted(trained & set(missing))[:4]})")
