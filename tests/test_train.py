@@ -107,12 +107,18 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
                       out_dir=str(tmp_path / "ck"))
     train(tr, data, cfg, tiny_target)
     assert (tmp_path / "eagle3.md").read_text().count("held-out") >= 2
-    # a fine-tuning round's card adds its data to what the previous weights were trained on
+    card = tmp_path / "eagle3.md"
+    card.write_text(card.read_text() + "\n## Measured with the engine (round 1)\n\nτ 1.5\n")
+    # a fine-tuning round's card adds its data to what the previous weights were trained on,
+    # and keeps the earlier weights' sections below its own header
     for rnd in (2, 3):
         train(tr, data, replace(cfg, init="shipped", out_dir=str(tmp_path / f"ck{rnd}")), tiny_target)
         n = rnd * int(data.meta["response_tokens"])
-        assert f"{rnd * int(data.meta['sequences'])} sequences" in (tmp_path / "eagle3.md").read_text()
-        assert f"({n} response tokens)" in (tmp_path / "eagle3.md").read_text()
+        text = card.read_text()
+        assert f"{rnd * int(data.meta['sequences'])} sequences" in text
+        assert f"({n} response tokens)" in text
+        assert text.count("## Measured with the engine (round 1)\n\nτ 1.5\n") == 1
+        assert text.index("Reproduce:") < text.index("## Measured") and text.count("# `eagle3`") == 1
     head = eagle3.load_head(tiny_target)
     assert torch.equal(head.vocab_ids, tr.module.vocab_ids)
     with pytest.raises(Exception, match="another target"):

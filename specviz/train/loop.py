@@ -270,6 +270,14 @@ def summed_data_row(previous_card: str, meta: dict) -> str:
             f"then this run's {now[2]} |\n")
 
 
+def earlier_sections(previous_card: str) -> str:
+    """The previous card's sections (its '## ' headings to the end: engine measurements of the
+    earlier weights, export notes), which a fine-tuned drafter's new card keeps below its own
+    header; empty when it has none."""
+    i = previous_card.find("\n## ")
+    return f"\n{previous_card[i:].strip()}\n" if i >= 0 else ""
+
+
 def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, target) -> None:
     """Write the drafter's weights to assets/ and its model card."""
     tensors, config = trainable.export()
@@ -286,8 +294,8 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
     start = ("fine-tuned from the weights previously shipped in assets/ (their card's data and "
              "steps come before these)" if cfg.init == "shipped" else "fresh weights")
     previous = weights.ASSETS / f"{cfg.drafter_id}.md"
-    summed = (summed_data_row(previous.read_text(encoding="utf-8"), meta)
-              if cfg.init == "shipped" and previous.exists() else "")
+    before = previous.read_text(encoding="utf-8") if cfg.init == "shipped" and previous.exists() else ""
+    summed = summed_data_row(before, meta) if before else ""
     card = f"""# `{cfg.drafter_id}` drafter for {target.model_id}
 
 {trainable.describe()}
@@ -314,5 +322,5 @@ extends them{f", --self-instruct {selfi}" if selfi else ""}), `python -m specviz
 `python -m specviz train --drafter {cfg.drafter_id} --minutes {cfg.minutes} --steps {cfg.steps} \\
 --batch-size {cfg.batch_size} --seq-len {cfg.seq_len} --lr {cfg.lr} --warmup {cfg.warmup}\
 {" --init shipped" if cfg.init == "shipped" else ""}`.
-"""
+{earlier_sections(before)}"""
     weights.write_card(cfg.drafter_id, card)
