@@ -76,7 +76,8 @@ def greedy_match(target: Target, prompt_ids: list[int], ref: list[int], got: lis
 
 
 # A runner's run on one prompt: a generator that yields the seconds of each of its turns (one
-# turn in all, or one per decoding step when `stepped`) and returns (tokens, target forwards).
+# turn in all, or one per decoding step when `stepped`) and returns (tokens, target forwards,
+# Split).
 Split = tuple[float, float] | None   # (draft s, verify s) of one run; None for the HF peers
 Turns = Generator[float, None, tuple[list[int], int | None, Split]]
 Runner = Callable[[list[int], GenSettings, bool], Turns]

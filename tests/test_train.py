@@ -147,17 +147,17 @@ def test_fine_tuning_starts_from_shipped_weights(tiny_target, tiny_data):
         init_from(fresh.module, {k: v for k, v in tensors.items() if k != first})
 
 
-def test_fine_tuning_keeps_the_vocabulary_wherever_it_is_stored(tiny_target, tiny_data):
+def test_fine_tuning_keeps_the_vocabulary_wherever_it_is_stored(tiny_target):
     """The shipped vocabulary is found under each drafter's key (DSpark nests it in its
     backbone), and a module built for another vocabulary is refused, not silently loaded."""
+    from specviz.drafters.dspark import DSparkModel
+    from specviz.drafters.layers import LayerShape
     v = torch.arange(5)
     assert torch.equal(D.shipped_vocab({"backbone.vocab": v, "w1.weight": torch.ones(2)}), v)
     assert torch.equal(D.shipped_vocab({"vocab": v}), v)
     t = {"vocab_ids": v, "x": torch.ones(1)}
     assert torch.equal(D.shipped_vocab(t), v) and "vocab_ids" not in t
     assert D.shipped_vocab({"fc.weight": torch.ones(1)}) is None
-    from specviz.drafters.dspark import DSparkModel
-    from specviz.drafters.layers import LayerShape
 
     def dspark(vocab):
         return DSparkModel(LayerShape.of(tiny_target), vocab, tiny_target.vocab, block=4,

@@ -295,7 +295,7 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
              "steps come before these)" if cfg.init == "shipped" else "fresh weights")
     previous = weights.ASSETS / f"{cfg.drafter_id}.md"
     before = previous.read_text(encoding="utf-8") if cfg.init == "shipped" and previous.exists() else ""
-    summed = summed_data_row(before, meta) if before else ""
+    summed = summed_data_row(before, meta)
     card = f"""# `{cfg.drafter_id}` drafter for {target.model_id}
 
 {trainable.describe()}
