@@ -107,6 +107,7 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
                       out_dir=str(tmp_path / "ck"))
     train(tr, data, cfg, tiny_target)
     assert (tmp_path / "eagle3.md").read_text().count("held-out") >= 2
+    assert "of the starting weights" not in (tmp_path / "eagle3.md").read_text()
     card = tmp_path / "eagle3.md"
     card.write_text(card.read_text() + "\n## Measured with the engine (round 1)\n\nτ 1.5\n")
     # a fine-tuning round's card adds its data to what the previous weights were trained on,
@@ -117,6 +118,7 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
         text = card.read_text()
         assert f"{rnd * int(data.meta['sequences'])} sequences" in text
         assert f"({n} response tokens)" in text
+        assert text.count("held-out simulated chain τ of the starting weights") == 1
         assert text.count("## Measured with the engine (round 1)\n\nτ 1.5\n") == 1
         assert text.index("Reproduce:") < text.index("## Measured") and text.count("# `eagle3`") == 1
     head = eagle3.load_head(tiny_target)

@@ -214,6 +214,9 @@ def train(trainable: Trainable, data: TrainData, cfg: TrainConfig, target=None) 
         return (cfg.steps and state["step"] >= cfg.steps) or \
             time.perf_counter() - t_start >= budget_s
 
+    if cfg.init == "shipped" and state["step"] == 0:    # the starting weights, on the same split
+        state["start_eval"] = evaluate(trainable, data, cfg, dev)
+        tqdm.write(f"[{cfg.drafter_id}] step 0 (shipped weights): {state['start_eval']}")
     stats = {"loss": state.get("final_loss")}     # a resumed run may have no step left
     while not done():
         step = state["step"]
@@ -278,6 +281,14 @@ def earlier_sections(previous_card: str) -> str:
     return f"\n{previous_card[i:].strip()}\n" if i >= 0 else ""
 
 
+def start_row(state: dict) -> str:
+    """A fine-tune's card row: the starting weights' held-out scores on this run's split, so the
+    card's before and after are measured alike; empty for fresh weights or an older checkpoint."""
+    ev = state.get("start_eval")
+    return (f"| held-out simulated chain τ of the starting weights | {ev['tau']} (position-1 "
+            f"acceptance {ev['acc_per_position'][0]}) |\n") if ev else ""
+
+
 def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, target) -> None:
     """Write the drafter's weights to assets/ and its model card."""
     tensors, config = trainable.export()
@@ -313,7 +324,7 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 | held-out acceptance by position (simulated, greedy) | {ev['acc_per_position']} |
 | held-out accuracy by position (each alone) | {ev['acc_unconditional']} |
 | held-out simulated chain τ | {ev['tau']} (n = {ev['n']} start positions) |
-
+{start_row(state)}
 {cfg.note}
 
 Reproduce: with the response shards in data/responses/ (`python -m specviz train data` writes and
