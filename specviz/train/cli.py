@@ -68,6 +68,9 @@ def parser() -> argparse.ArgumentParser:
                    help="fresh weights, or fine-tune the shipped ones in assets/ (their draft "
                         "vocabulary is kept)")
     p.add_argument("--no-ship", action="store_true", help="do not write assets/")
+    p.add_argument("--out-dir", default="artifacts/train",
+                   help="checkpoint folder: a run keeps <out-dir>/<drafter>/ (an experiment "
+                        "beside the shipped drafter's run takes its own)")
     p.add_argument("--note", default="", help="a paragraph for the model card")
     p.add_argument("--layers", type=int, default=0,
                    help="drafter decoder layers, block drafters only (0 = their default, 2)")
@@ -195,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                           batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                           warmup=args.warmup, eval_every=args.eval_every, seed=args.seed,
                           resume=args.resume, ship=not args.no_ship, note=args.note,
-                          init=args.init)
+                          init=args.init, out_dir=args.out_dir)
         result = train(trainable, data, cfg, target)
         print(result)
     return 0
