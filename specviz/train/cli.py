@@ -68,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
                    help="fresh weights, or fine-tune the shipped ones in assets/ (their draft "
                         "vocabulary is kept)")
     p.add_argument("--no-ship", action="store_true", help="do not write assets/")
-    p.add_argument("--out-dir", default="artifacts/train",
+    p.add_argument("--out-dir", default=str(D.DATA_DIR),
                    help="checkpoint folder: a run keeps <out-dir>/<drafter>/ (an experiment "
                         "beside the shipped drafter's run takes its own)")
     p.add_argument("--note", default="", help="a paragraph for the model card")

@@ -33,7 +33,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from specviz.drafters import weights
-from specviz.train.data import TrainData
+from specviz.train.data import DATA_DIR, TrainData
 
 
 class Trainable(Protocol):
@@ -64,7 +64,7 @@ class TrainConfig:
     init: str = "fresh"        # or "shipped": fine-tuned from the weights in assets/
     resume: bool = False
     ship: bool = True
-    out_dir: str = "artifacts/train"
+    out_dir: str = str(DATA_DIR)
     note: str = ""                # free text for the model card (e.g. the scale reached)
 
     @property
