@@ -60,13 +60,24 @@ def test_traces_hold_each_kind_of_tau_where_it_was_measured():
     assert not any(k[:2] == ("c", "x2") for k in by)         # no engine τ, no trace
 
 
+def test_distinct_tokens_place_a_point_that_saw_data_twice():
+    twice = point("a", 3, 20000, heldout_tau=2.0) | {"distinct_response_tokens": 15000}
+    fig = scaling.scaling_figure(TINY + [twice])
+    a = next(t for t in fig.data if t.legendgroup == "a" and t.xaxis == "x" and len(t.x))
+    assert list(a.x) == [1000, 10000, 15000]
+    assert "15,000 distinct response tokens (20,000 summed over rounds" in a.hovertext[2]
+    assert "10,000 distinct response tokens" in a.hovertext[1] and "summed over rounds:" \
+        not in a.hovertext[1]
+    assert "trained on 15,000 distinct response tokens" in scaling.caption(TINY + [twice])
+
+
 def test_caption_states_the_scale_and_the_ranking_at_each_size():
     assert scaling.rankings(TINY) == {1000: ["b", "a"], 10000: ["a", "b"]}
     text = scaling.caption(TINY)
     assert "Measured in earlier training rounds on this CPU" in text
     assert "10⁵-10⁶ samples" in text and "CPU-scale" in text
-    assert "1,000 response tokens: `b` > `a`" in text
-    assert "10,000 response tokens: `a` > `b`" in text
+    assert "1,000 distinct response tokens: `b` > `a`" in text
+    assert "10,000 distinct response tokens: `a` > `b`" in text
 
 
 def test_record_points_are_positive_and_cite_their_card():
@@ -84,6 +95,9 @@ def test_record_points_are_positive_and_cite_their_card():
             assert re.fullmatch(SOURCE, p[k.replace("_tau", "_source")])
         if "engine_tau" in present:
             assert p["engine_command"].startswith("python -m specviz bench")
+        if "distinct_response_tokens" in p:
+            assert 0 < p["distinct_response_tokens"] < p["response_tokens"]
+            assert all(re.fullmatch(SOURCE, s) for s in p["distinct_sources"])
     assert len({(p["drafter"], p["round"]) for p in pts}) == len(pts)
 
 
@@ -113,6 +127,10 @@ def test_every_number_is_on_the_card_line_it_cites(p):
     data = card_line(p["source"])
     assert (f"{p['sequences']} sequences, {p['total_tokens']} tokens "
             f"({p['response_tokens']} response tokens)") in data
+    if "distinct_response_tokens" in p:       # the distinct data sets, each on its card's line
+        counts = [int(re.search(r"\((\d+) response tokens\)", card_line(s)).group(1))
+                  for s in p["distinct_sources"]]
+        assert sum(counts) == p["distinct_response_tokens"], counts
     for k in TAUS:
         if p.get(k) is not None:
             line = card_line(p[k.replace("_tau", "_source")])

@@ -2,7 +2,9 @@
 
 Boundary: points as assets/scaling.json stores them (plain dicts; that file's note says what each
 field means and how a new round appends) -> a Plotly figure and its Markdown caption. A point is
-one set of trained weights: `drafter`, `round`, `response_tokens`, and any of `heldout_tau`
+one set of trained weights: `drafter`, `round`, `response_tokens` (summed over the rounds that led
+to the weights, so data seen twice counts twice), optionally `distinct_response_tokens` (each
+sequence once; absent when no round repeated data), and any of `heldout_tau`
 (simulated chain τ scored on response tokens), `heldout_all_positions_tau` (the older score that
 counted prompt positions too) and `engine_tau` (`python -m specviz bench`, greedy), each with its
 `*source` (commit:path:line of the model card that wrote the number down).
@@ -22,18 +24,23 @@ PUBLISHED = ("The published drafters train on GPUs on 10⁵-10⁶ samples (the m
              "prompt-response pairs).")
 
 
+def tokens(p: dict) -> int:
+    """A point's x: the distinct response tokens its weights were trained on."""
+    return p.get("distinct_response_tokens") or p["response_tokens"]
+
+
 def drafters(points: list[dict]) -> list[str]:
     """The drafters in the order they first appear."""
     return list(dict.fromkeys(p["drafter"] for p in points))
 
 
 def rankings(points: list[dict]) -> dict[int, list[str]]:
-    """Per training-data size (response tokens) with two or more response-scored held-out τ:
-    the drafters, best held-out τ first."""
+    """Per training-data size (distinct response tokens, `tokens`) with two or more
+    response-scored held-out τ: the drafters, best held-out τ first."""
     by_size: dict[int, list[dict]] = {}
     for p in points:
         if p.get("heldout_tau") is not None:
-            by_size.setdefault(p["response_tokens"], []).append(p)
+            by_size.setdefault(tokens(p), []).append(p)
     return {n: [p["drafter"] for p in sorted(ps, key=lambda p: -p["heldout_tau"])]
             for n, ps in sorted(by_size.items()) if len(ps) > 1}
 
@@ -45,8 +52,11 @@ def cite(source: str) -> str:
 
 
 def _hover(p: dict, key: str, what: str) -> str:
-    lines = [f"{p['response_tokens']:,} response tokens ({p['sequences']:,} sequences, "
-             f"{p['total_tokens']:,} tokens with prompts)",
+    seen = f"{tokens(p):,} distinct response tokens"
+    if tokens(p) != p["response_tokens"]:
+        seen += f" ({p['response_tokens']:,} summed over rounds: some data was seen twice)"
+    lines = [seen, f"{p['sequences']:,} sequences, {p['total_tokens']:,} tokens with prompts, "
+             "summed over rounds",
              f"{what}: {p[key]:.2f}", f"card: {cite(p[key.replace('_tau', '_source')])}"]
     if key == "engine_tau":
         lines[1] += f" ({p['engine_strategy']}, measured in round {p['engine_round']})"
@@ -58,9 +68,9 @@ def _hover(p: dict, key: str, what: str) -> str:
 
 def _trace(pts: list[dict], key: str, what: str, name: str, colour: str, first: bool,
            hollow: bool = False) -> go.Scatter:
-    pts = sorted((p for p in pts if p.get(key) is not None), key=lambda p: p["response_tokens"])
+    pts = sorted((p for p in pts if p.get(key) is not None), key=tokens)
     return go.Scatter(
-        x=[p["response_tokens"] for p in pts], y=[p[key] for p in pts], name=name,
+        x=[tokens(p) for p in pts], y=[p[key] for p in pts], name=name,
         mode="markers" if hollow else "lines+markers", legendgroup=name, showlegend=first,
         line=dict(color=colour, width=2),
         marker=dict(color=colour, size=9, symbol="circle-open" if hollow else "circle",
@@ -71,8 +81,8 @@ def _trace(pts: list[dict], key: str, what: str, name: str, colour: str, first: 
 def scaling_figure(points: list[dict]) -> go.Figure:
     """Left: held-out simulated chain τ (filled: scored on response tokens; hollow: the older
     score that counted prompt positions too, higher than it should be). Right: τ the engine
-    measured. One colour per drafter, x = training response tokens on a log axis; a drafter
-    with one point shows as a marker."""
+    measured. One colour per drafter, x = distinct training response tokens on a log axis; a
+    drafter with one point shows as a marker."""
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
                         subplot_titles=("held-out simulated chain τ (hollow: prompt counted too)",
                                         "engine τ (greedy, 16 dev prompts)"))
@@ -85,7 +95,7 @@ def scaling_figure(points: list[dict]) -> go.Figure:
                              "held-out τ (all positions, inflated)", name, colour, False,
                              hollow=True), 1, 1)
         fig.add_trace(_trace(pts, "engine_tau", "engine τ", name, colour, False), 1, 2)
-    fig.update_xaxes(type="log", title="training data (response tokens)", showgrid=True,
+    fig.update_xaxes(type="log", title="training data (distinct response tokens)", showgrid=True,
                      gridcolor="#e9ecef", matches="x")
     fig.update_yaxes(showgrid=True, gridcolor="#e9ecef")
     fig.update_yaxes(title="τ (tokens per target forward)", row=1, col=1)
@@ -98,17 +108,18 @@ def scaling_figure(points: list[dict]) -> go.Figure:
 def caption(points: list[dict]) -> str:
     """What the chart shows, how far it is from the published scale, and the held-out ranking at
     each data size (the point of the chart: scale changes it)."""
-    most = max(points, key=lambda p: p["response_tokens"])
-    ranks = "\n".join(f"- {n:,} response tokens: " + " > ".join(f"`{d}`" for d in names)
+    most = max(points, key=tokens)
+    ranks = "\n".join(f"- {n:,} distinct response tokens: " + " > ".join(f"`{d}`" for d in names)
                       for n, names in rankings(points).items())
     return (
         "**Measured in earlier training rounds on this CPU** (one thread per training run; "
         "numbers copied from the model cards' history, each point's card line in its hover, "
         "all of them in `assets/scaling.json`). Between rounds both the data and the training "
-        "time grew, so a step to the right mixes the two. Hollow markers: held-out scores that "
+        "time grew, so a step to the right mixes the two; x counts each training sequence once, "
+        "even when a later round trained on it again. Hollow markers: held-out scores that "
         "also counted the fixed system prompt (higher than they should be). The engine τ "
         "counts what the target actually accepted, with each strategy's own draft length and "
         "verify budget, so it usually sits below the simulated full chain.\n\n"
-        f"{PUBLISHED} The largest point here is {most['sequences']:,} sequences "
-        f"({most['response_tokens']:,} response tokens): these are CPU-scale runs.\n\n"
+        f"{PUBLISHED} The largest point here was trained on {tokens(most):,} distinct "
+        "response tokens: these are CPU-scale runs.\n\n"
         f"Ranking by held-out τ (response tokens) at each data size:\n{ranks}")
