@@ -105,8 +105,9 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
     monkeypatch.setattr(weights.write_card, "__defaults__", (tmp_path,))
     cfg = TrainConfig("eagle3", steps=2, batch_size=2, seq_len=16, eval_every=100, eval_batches=1,
                       out_dir=str(tmp_path / "ck"))
-    train(tr, data, cfg, tiny_target)
+    train(tr, data, replace(cfg, note="A round note."), tiny_target)
     assert (tmp_path / "eagle3.md").read_text().count("held-out") >= 2
+    assert "|\n\nA round note.\n\nReproduce:" in (tmp_path / "eagle3.md").read_text()
     assert "of the starting weights" not in (tmp_path / "eagle3.md").read_text()
     card = tmp_path / "eagle3.md"
     card.write_text(card.read_text() + "\n## Measured with the engine (round 1)\n\nτ 1.5\n")
@@ -121,6 +122,7 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
         assert text.count("held-out simulated chain τ of the starting weights") == 1
         assert text.count("## Measured with the engine (round 1)\n\nτ 1.5\n") == 1
         assert text.index("Reproduce:") < text.index("## Measured") and text.count("# `eagle3`") == 1
+        assert "|\n\nReproduce:" in text and "\n\n\n" not in text.split("## ")[0]   # no note
     head = eagle3.load_head(tiny_target)
     assert torch.equal(head.vocab_ids, tr.module.vocab_ids)
     with pytest.raises(Exception, match="another target"):

@@ -307,6 +307,7 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
     previous = weights.ASSETS / f"{cfg.drafter_id}.md"
     before = previous.read_text(encoding="utf-8") if cfg.init == "shipped" and previous.exists() else ""
     summed = summed_data_row(before, meta)
+    note = f"\n{cfg.note}\n" if cfg.note else ""      # one blank line either side, or none
     card = f"""# `{cfg.drafter_id}` drafter for {target.model_id}
 
 {trainable.describe()}
@@ -324,9 +325,7 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 | held-out acceptance by position (simulated, greedy) | {ev['acc_per_position']} |
 | held-out accuracy by position (each alone) | {ev['acc_unconditional']} |
 | held-out simulated chain τ | {ev['tau']} (n = {ev['n']} start positions) |
-{start_row(state)}
-{cfg.note}
-
+{start_row(state)}{note}
 Reproduce: with the response shards in data/responses/ (`python -m specviz train data` writes and
 extends them{f", --self-instruct {selfi}" if selfi else ""}), `python -m specviz train --build-data \\
 --max-seqs {int(meta['sequences']) - chunks} --stdlib-chunks {chunks}` then
