@@ -50,6 +50,8 @@ def test_traces_hold_each_kind_of_tau_where_it_was_measured():
     a = by[("a", "x", "lines+markers")]
     assert list(a.x) == [1000, 10000] and list(a.y) == [1.2, 1.8]
     assert list(by[("a", "x2", "lines+markers")].y) == [1.1, 1.4]   # engine τ, right panel
+    assert "<br>engine τ: 1.40 (a, measured in round 2)<br>" in \
+        by[("a", "x2", "lines+markers")].hovertext[1]
     hollow = by[("b", "x", "markers")]
     assert list(hollow.y) == [1.9] and hollow.marker.symbol == "circle-open"
     assert hollow.marker.color == hollow.line.color          # an open symbol strokes in it

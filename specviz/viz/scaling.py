@@ -55,11 +55,12 @@ def _hover(p: dict, key: str, what: str) -> str:
     seen = f"{tokens(p):,} distinct response tokens"
     if tokens(p) != p["response_tokens"]:
         seen += f" ({p['response_tokens']:,} summed over rounds: some data was seen twice)"
-    lines = [seen, f"{p['sequences']:,} sequences, {p['total_tokens']:,} tokens with prompts, "
-             "summed over rounds",
-             f"{what}: {p[key]:.2f}", f"card: {cite(p[key.replace('_tau', '_source')])}"]
+    tau = f"{what}: {p[key]:.2f}"
     if key == "engine_tau":
-        lines[1] += f" ({p['engine_strategy']}, measured in round {p['engine_round']})"
+        tau += f" ({p['engine_strategy']}, measured in round {p['engine_round']})"
+    lines = [seen, f"{p['sequences']:,} sequences, {p['total_tokens']:,} tokens with prompts, "
+             "summed over rounds", tau, f"card: {cite(p[key.replace('_tau', '_source')])}"]
+    if key == "engine_tau":
         lines.append(p["engine_command"])
     lines.append(f"training data: {cite(p['source'])}")
     return "<br>".join([f"<b>{html.escape(p['drafter'])}</b>, round {p['round']} weights"]
