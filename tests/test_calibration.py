@@ -71,6 +71,8 @@ def test_calibration_instructions_are_stratified_and_unused(tmp_path):
     shards.write(tmp_path, 1, [row, row], md)
     with pytest.raises(RuntimeError, match="calibration range"):
         recalibrate.check_unused(tmp_path)
+    shards.write(tmp_path / "v2", 1, [row, row], md | {"stream_version": "2"})
+    recalibrate.check_unused(tmp_path / "v2")        # the same indices of another stream: fine
 
 
 def test_card_section_is_replaced_not_repeated():

@@ -17,9 +17,26 @@ def test_stream_has_20k_distinct_instructions_in_a_stable_order():
     items = sources.take(20_000)
     assert len({x["prompt"] for x in items}) == 20_000
     assert [x["index"] for x in items] == list(range(20_000))
-    assert set(sources.SOURCES) == {x["source"] for x in items}
+    assert set(sources.SOURCES[sources.VERSION]) == {x["source"] for x in items}
     assert sources.take(5, start=19_995) == items[-5:]          # a prefix never changes
     assert sources.take(3, seed=1) != items[:3]
+
+
+def test_every_committed_shard_answers_its_stream_version_and_versions_do_not_overlap():
+    """Version 1 is still the stream shards 1-38 answered (each row's source, in index order),
+    and version 2 repeats none of the version-1 instructions those shards answered."""
+    answered = {}
+    for path in shards.shard_paths():
+        m = shards.meta(path)
+        if m["stream"] == "pool" and m["seed"] == 0:
+            raw = load_file(str(path))
+            got = [m["sources"][i] for i in raw["source"]]
+            want = sources.take(m["count"], m["first"], version=m["stream_version"])
+            assert [x["source"] for x in want] == got, path.name
+            assert raw["index"].tolist() == [x["index"] for x in want]
+            answered.setdefault(m["stream_version"], []).extend(x["prompt"] for x in want)
+    assert len(answered["1"]) == sources.PRIOR["2"][1]
+    assert not set(answered["1"]) & {x["prompt"] for x in sources.take(20_000, version="2")}
 
 
 def test_stream_never_uses_the_dev_or_demo_prompts():
@@ -29,7 +46,8 @@ def test_stream_never_uses_the_dev_or_demo_prompts():
             texts |= {json.loads(x).get("prompt") for x in path.read_text().splitlines()
                       if x.strip()}
     assert texts, "no dev or demo prompts found to compare with"
-    assert not texts & {x["prompt"] for x in sources.take(20_000)}
+    for version in sources.SOURCES:
+        assert not texts & {x["prompt"] for x in sources.take(20_000, version=version)}
 
 
 def test_shards_append_resume_and_read_back(tiny_target, tmp_path):

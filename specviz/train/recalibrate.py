@@ -32,6 +32,7 @@ from specviz.train import calibrate, shards, sources
 ID = "dspark"
 FIRST_INDEX = 30_000      # calibration instructions come from stream indices [FIRST, FIRST + SPAN)
 SPAN = 10_000
+STREAM_VERSION = "1"      # of sources.stream: the shipped temperatures were fit on this one
 SECTION = "## Calibration on engine runs"
 
 
@@ -45,7 +46,7 @@ MIX = {"chat": 1, "code": 1, "math": 1, "writing": 1, "passage": 3}
 def instructions(per_source: int, seed: int = 0) -> list[dict]:
     """MIX[source] x `per_source` instructions of each source, in stream order."""
     by = defaultdict(list)
-    for it in sources.take(SPAN, FIRST_INDEX, seed):
+    for it in sources.take(SPAN, FIRST_INDEX, seed, STREAM_VERSION):
         if len(by[it["source"]]) < MIX.get(it["source"], 0) * per_source:
             by[it["source"]].append(it)
     missing = [k for k, n in MIX.items() if len(by[k]) < n * per_source]
@@ -59,6 +60,7 @@ def check_unused(folder=shards.SHARD_DIR, seed: int = 0) -> None:
     for path in shards.shard_paths(folder):
         m = shards.meta(path)
         if m["stream"] == "pool" and m["seed"] == seed and \
+                m["stream_version"] == STREAM_VERSION and \
                 m["first"] < FIRST_INDEX + SPAN and m["first"] + m["count"] > FIRST_INDEX:
             raise RuntimeError(f"{path.name} answers stream indices {m['first']}.."
                                f"{m['first'] + m['count'] - 1}, inside the calibration range "

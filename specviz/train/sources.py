@@ -4,27 +4,45 @@ instructions from offline sources (no network, no dev or demo prompts).
 Boundary: text only, no model. `stream(seed)` yields {index, source, prompt}; for a given seed
 and Python installation it always yields the same instructions in the same order, so a prefix
 [0, n) never changes when more are taken (shards.py stores index ranges of it, append-only).
-Sources (weights in SOURCES), each drawing from its own seeded generator:
+Sources (weights in SOURCES[version]), each drawing from its own seeded generator:
 - `chat`, `writing`, `lists`: pool.py's topic templates;
 - `math`: word problems and exercises with seeded numbers;
 - `code`: programming tasks from seeded (task, language, wording) combinations;
 - `passage`: docstrings of installed modules and paragraphs of Python's pydoc topics, each
   with a task: summarize, answer, rewrite, extract JSON, list key points, title, explain.
-Bump VERSION whenever the stream's output changes.
+Version 2 (templates.py) adds the kinds of request version 1 lacked: `translate`, `rewrite`
+(tone), `reading` (questions on and summaries of short narrative paragraphs with seeded facts),
+`code_read` (generated snippets and short standard-library functions to explain, test,
+comment or translate), `howto` (habits, tips, why-questions, how devices work), `steps`
+(multi-step word problems), `structured` (JSON, CSV, tables, lists), `story` and `message`;
+it keeps the version-1 sources at lower weight, from other seeds, starts the passage tasks
+after those version 1's shards used (PASSAGE_START) and skips every instruction of the prefix of
+version 1 that its shards answered (PRIOR), so that no answer is generated twice.
+Every version stays reproducible (committed shards name theirs); a new one gets a new VERSION.
 """
 from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
 import random
+import re
 import warnings
 from collections.abc import Iterator
 from functools import lru_cache
 
+from specviz.train import templates as tp
 from specviz.train.pool import CHAT, CODE_TASKS, LISTS, TOPICS, WRITING
 
-VERSION = "1"
-SOURCES = {"chat": 3, "writing": 2, "lists": 2, "math": 3, "code": 3, "passage": 5}
+VERSION = "2"                    # the stream new shards answer
+SOURCES = {
+    "1": {"chat": 3, "writing": 2, "lists": 2, "math": 3, "code": 3, "passage": 5},
+    "2": {"chat": 2, "writing": 1, "lists": 1, "math": 1, "code": 3, "passage": 2, "howto": 3,
+          "steps": 3, "code_read": 3, "reading": 4, "translate": 2, "rewrite": 2,
+          "structured": 2, "story": 2, "message": 2},
+}
+PASSAGE_START = {"1": 0, "2": 4000}   # version 1's shards 1-38 used passage tasks [0, 3029)
+PRIOR = {"2": ("1", 9120)}            # (version, n): shards 1-38 answered its first n
 
 PASSAGE_MODULES = [
     "string", "os", "os.path", "json", "re", "collections", "itertools", "functools", "math",
@@ -169,36 +187,220 @@ def topic_task(rng: random.Random, templates: list[str]) -> str:
     return rng.choice(templates).format(t=t, u=u)
 
 
-def passage_tasks(seed: int) -> Iterator[str]:
+def passage_tasks(seed: int, start: int = 0) -> Iterator[str]:
     """Every (passage, task) pair once, in a seeded order (task order interleaved so that each
-    passage first appears with one task, then with a second, ...)."""
+    passage first appears with one task, then with a second, ...), from the start-th on."""
     ps = list(passages())
     rng = random.Random(seed * 7919 + 17)
-    for round_ in range(len(PASSAGE_TASKS)):
-        order = list(range(len(ps)))
-        rng.shuffle(order)
-        for i in order:
-            name, text = ps[i]
-            task = PASSAGE_TASKS[(i + round_) % len(PASSAGE_TASKS)]
-            yield task.format(p=text, name=name.split(" ")[-1] if "topic" in name else name)
+
+    def pairs() -> Iterator[tuple[int, int]]:
+        for round_ in range(len(PASSAGE_TASKS)):
+            order = list(range(len(ps)))
+            rng.shuffle(order)
+            yield from ((round_, i) for i in order)
+
+    for round_, i in itertools.islice(pairs(), start, None):
+        name, text = ps[i]
+        task = PASSAGE_TASKS[(i + round_) % len(PASSAGE_TASKS)]
+        yield task.format(p=text, name=name.split(" ")[-1] if "topic" in name else name)
 
 
-def stream(seed: int = 0) -> Iterator[dict]:
+def fill(rng: random.Random, template: str, vocab: dict[str, list[str]]) -> str:
+    """template with each {key} of vocab replaced by a seeded choice (other keys left as is)."""
+    return re.sub(r"\{(\w+)\}", lambda m: rng.choice(vocab[m.group(1)])
+                  if m.group(1) in vocab else m.group(0), template)
+
+
+def translate_task(rng: random.Random) -> str:
+    s = fill(rng, rng.choice(tp.SENTENCES), tp.FILL | {"city": tp.CITIES,
+                                                      "n": [str(n) for n in range(2, 12)]})
+    return rng.choice(tp.TRANSLATE).format(lang=rng.choice(tp.LANGUAGES), s=s)
+
+
+def rewrite_task(rng: random.Random) -> str:
+    if rng.random() < 0.6:
+        return rng.choice(tp.REWRITE).format(m=fill(rng, rng.choice(tp.INFORMAL), tp.TONE))
+    return rng.choice(tp.REWRITE_FORMAL).format(m=fill(rng, rng.choice(tp.FORMAL), tp.TONE))
+
+
+def paragraph(rng: random.Random) -> tuple[str, list[str]]:
+    """A short narrative paragraph with seeded facts, and questions its text answers."""
+    name, name2 = rng.sample(tp.NAMES, 2)
+    kind = rng.randrange(4)
+    if kind == 0:
+        (i1, lo1, hi1), (i2, lo2, hi2), (i3, lo3, hi3) = rng.sample(tp.ITEMS, 3)
+        n1, n2 = rng.randint(2, 6), rng.randint(2, 5)
+        p1, p2, p3 = rng.randint(lo1, hi1), rng.randint(lo2, hi2), rng.randint(lo3, hi3)
+        text = (f"{name} bought {n1} {i1}s, {n2} {i2}s and one {i3} for "
+                f"{rng.choice(tp.OCCASIONS)}. Each {i1} cost ${p1}, each {i2} cost ${p2}, and "
+                f"the {i3} cost ${p3}. {name} paid with {rng.choice(['cash', 'a card'])}.")
+        qs = [f"How much did {name} spend in total?", f"How many items did {name} buy?",
+              "Which single item was the most expensive?", f"How much did the {i1}s cost "
+              "altogether?"]
+    elif kind == 1:
+        town = rng.choice(["Aldmoor", "Bracken Bay", "Castellon", "Dunmere", "Elverton",
+                           "Fairhaven", "Glenwick", "Holloway", "Kestrel Point", "Larkfield"])
+        f1, f2 = rng.sample(tp.FEATURES, 2)
+        season, fest = rng.choice(tp.SEASONS), rng.choice(tp.FESTIVALS)
+        year, pop = rng.randint(1150, 1950), rng.randint(2, 90) * 100
+        text = (f"{town} is a {rng.choice(tp.PLACE_KINDS)} in {rng.choice(tp.REGIONS)}. It was "
+                f"founded in {year} and has about {pop} residents. It is known for its {f1} and "
+                f"its {f2}. Every {season}, {fest} attracts visitors from all over the region.")
+        qs = [f"When was {town} founded?", f"What is {town} known for?",
+              f"What happens in {town} every {season}?", f"About how many people live in {town}?"]
+    elif kind == 2:
+        org, event, cause = rng.choice(tp.ORGS), rng.choice(tp.EVENTS), rng.choice(tp.CAUSES)
+        n, money = rng.randint(20, 400), rng.randint(3, 90) * 50
+        month = rng.choice(["January", "March", "May", "July", "September", "November"])
+        text = (f"Last {month}, the {org} of {rng.choice(tp.CITIES)} organized a {event}. "
+                f"{n} people took part, and together they raised ${money} for {cause}. "
+                f"{name}, who led the team, said the day went better than expected. Next year "
+                f"the organizers plan to {rng.choice(tp.PLANS)}.")
+        qs = ["How much money was raised, and for what?", "How many people took part?",
+              "What do the organizers plan for next year?", f"Who is {name}?"]
+    else:
+        job, way = rng.choice(tp.JOBS), rng.choice(tp.TRANSPORT)
+        h1, minutes = rng.randint(5, 8), rng.randint(10, 55)
+        text = (f"{name} works as a {job} in {rng.choice(tp.CITIES)}. Every morning {name} gets up "
+                f"at {h1} o'clock and takes the {way} to work, a trip of {minutes} minutes. After "
+                f"work, {name} often meets {name2} to {rng.choice(tp.FILL['hobby'])}. On "
+                f"weekends they visit {rng.choice(['the market', 'the coast', 'family', 'a museum'])}.")
+        qs = [f"What is {name}'s job?", f"How does {name} get to work, and how long does it take?",
+              f"What time does {name} get up?", f"What does {name} do after work?"]
+    return text, qs
+
+
+def reading_task(rng: random.Random) -> str:
+    text, qs = paragraph(rng)
+    if rng.random() < 0.55:
+        return rng.choice(tp.READ_TASKS).format(p=text, q=rng.choice(qs))
+    return rng.choice(tp.SUMMARY_TASKS).format(p=text, k=rng.choice(["two", "three"]))
+
+
+def snippet(rng: random.Random) -> str:
+    """A small generated Python program with seeded values."""
+    nums = [rng.randint(-9, 40) for _ in range(rng.randint(3, 7))]
+    a, b, k = rng.randint(1, 10), rng.randint(11, 60), rng.randint(2, 7)
+    word = rng.choice(tp.WORDS)
+    return rng.choice([
+        f"nums = {nums}\nprint(sorted(nums)[len(nums) // 2], min(nums) + max(nums))",
+        f"total = 0\nfor i in range({a}, {b}):\n    if i % {k} == 0:\n        total += i\nprint(total)",
+        f"text = \"the cat and the dog and the {word}\"\ncounts = {{}}\nfor w in text.split():\n"
+        "    counts[w] = counts.get(w, 0) + 1\nprint(counts)",
+        f"s = \"{word}\"\nprint(s[::-1].upper(), s == s[::-1])",
+        f"squares = [x * x for x in range({b % 12 + 3}) if x % 2 == {k % 2}]\nprint(squares)",
+        f"def f(a, b):\n    return a * b + {k}\n\nprint(f({a}, {k}), f({k}, {a}))",
+        f"n = {a + 5}\nsteps = 0\nwhile n != 1:\n    n = n // 2 if n % 2 == 0 else 3 * n + 1\n"
+        "    steps += 1\nprint(steps)",
+        f"data = {nums}\nevens = list(filter(lambda x: x % 2 == 0, data))\nprint(sum(evens) / "
+        "max(len(evens), 1))",
+        f"words = [\"{word}\", \"sky\", \"apple\", \"tree\"]\nprint(sorted(words, key=len))",
+        f"x = {nums[0]}\nif x > {k}:\n    print(\"big\")\nelif x == {k}:\n    print(\"equal\")\n"
+        "else:\n    print(\"small\")",
+        f"matrix = [[{a}, {k}], [{b}, {nums[-1]}]]\nprint([list(r) for r in zip(*matrix)])",
+        f"def count_vowels(s):\n    return sum(1 for ch in s.lower() if ch in \"aeiou\")\n\n"
+        f"print(count_vowels(\"{word.title()} and {rng.choice(tp.WORDS)}\"))",
+    ])
+
+
+@lru_cache(maxsize=2)
+def short_functions() -> tuple[str, ...]:
+    """The sources (4-16 lines, at most 700 characters) of the pure-Python functions of
+    PASSAGE_MODULES, sorted, duplicates dropped."""
+    out = set()
+    for modname in PASSAGE_MODULES:
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:
+            continue
+        for attr in sorted(dir(mod)):
+            obj = getattr(mod, attr, None)
+            if attr.startswith("_") or not inspect.isfunction(obj):
+                continue
+            try:
+                src = inspect.getsource(obj)
+            except (OSError, TypeError):
+                continue
+            if 4 <= src.count("\n") <= 16 and len(src) <= 700 and src.startswith("def "):
+                out.add(src.rstrip())
+    return tuple(sorted(out))
+
+
+def code_read_task(rng: random.Random) -> str:
+    if rng.random() < 0.6:
+        return rng.choice(tp.CODE_READ_TASKS).format(c=snippet(rng))
+    return rng.choice(tp.FUNCTION_TASKS).format(c=rng.choice(short_functions()))
+
+
+def howto_task(rng: random.Random) -> str:
+    r = rng.random()
+    if r < 0.45:
+        return rng.choice(tp.ACTIVITY_TASKS).format(n=rng.choice(["three", "four", "five"]),
+                                                    a=rng.choice(tp.ACTIVITIES))
+    if r < 0.75:
+        return rng.choice(tp.WHY_TASKS).format(p=rng.choice(tp.PHENOMENA))
+    return rng.choice(tp.DEVICE_TASKS).format(d=rng.choice(tp.DEVICES))
+
+
+def steps_task(rng: random.Random) -> str:
+    mover, lo, hi = rng.choice(tp.MOVERS)
+    (item1, _, hi1), (item2, _, hi2) = rng.sample(tp.ITEMS, 2)
+    name, name2 = rng.sample(tp.NAMES, 2)
+    n1, n2, p1, p2 = rng.randint(2, 6), rng.randint(2, 5), rng.randint(2, hi1), rng.randint(1, hi2)
+    text = rng.choice(tp.WORD_PROBLEMS).format(
+        mover=mover, s1=rng.randint(lo, hi), s2=rng.randint(lo, hi), t1=rng.randint(2, 6),
+        t2=rng.randint(1, 4), name=name, name2=name2, n1=n1, n2=n2, item1=item1, item2=item2,
+        p1=p1, p2=p2, bill=(n1 * p1 + n2 * p2) // 10 * 10 + rng.choice([10, 20, 50]),
+        a=rng.randint(20, 500), pct=rng.choice([10, 15, 20, 25, 30, 40]),
+        pct2=rng.choice([5, 10, 20, 25]), age=rng.randint(4, 15), k=rng.randint(2, 4),
+        s3=rng.randint(50, 100), avg=rng.randint(60, 90), w=rng.randint(4, 20),
+        l=rng.randint(6, 30))
+    return f"{text} {rng.choice(tp.STEP_SUFFIXES)}".strip()
+
+
+def structured_task(rng: random.Random) -> str:
+    n = rng.choice(["three", "four", "five", "six"])
+    if rng.random() < 0.5:
+        return rng.choice(tp.LIST_TASKS).format(n=n, c=rng.choice(tp.CATEGORIES))
+    entity = rng.choice(sorted(tp.ENTITY_KEYS))
+    keys = rng.sample(tp.ENTITY_KEYS[entity], rng.randint(3, 5))
+    return rng.choice(tp.STRUCT_TASKS).format(e=entity, n=n, keys=", ".join(keys))
+
+
+def story_task(rng: random.Random) -> str:
+    return rng.choice(tp.STORY_TASKS).format(n=rng.choice(["four", "five", "six"]),
+                                             c=rng.choice(tp.CHARACTERS), p=rng.choice(tp.PLOTS))
+
+
+def message_task(rng: random.Random) -> str:
+    return rng.choice(tp.MESSAGE_TASKS).format(r=rng.choice(tp.RECIPIENTS),
+                                               p=rng.choice(tp.PURPOSES))
+
+
+MAKERS = {"chat": lambda r: topic_task(r, CHAT), "writing": lambda r: topic_task(r, WRITING),
+          "lists": lambda r: topic_task(r, LISTS), "math": math_task, "code": code_task,
+          "translate": translate_task, "rewrite": rewrite_task, "reading": reading_task,
+          "code_read": code_read_task, "howto": howto_task, "steps": steps_task,
+          "structured": structured_task, "story": story_task, "message": message_task}
+
+
+def stream(seed: int = 0, version: str = VERSION) -> Iterator[dict]:
     """Distinct instructions {index, source, prompt} forever (until every source runs dry)."""
-    pick = random.Random(seed)
-    rngs = {s: random.Random(f"{seed}:{s}") for s in SOURCES}
-    makers = {"chat": lambda r: topic_task(r, CHAT), "writing": lambda r: topic_task(r, WRITING),
-              "lists": lambda r: topic_task(r, LISTS), "math": math_task, "code": code_task}
-    passage_iter = passage_tasks(seed)
-    names = [s for s, w in SOURCES.items() for _ in range(w)]
-    seen: set[str] = set()
-    misses = dict.fromkeys(SOURCES, 0)
+    weights = SOURCES[version]
+    tag = "" if version == "1" else f":v{version}"
+    pick = random.Random(seed if version == "1" else f"{seed}{tag}")
+    rngs = {s: random.Random(f"{seed}:{s}{tag}") for s in weights}
+    passage_iter = passage_tasks(seed, PASSAGE_START[version])
+    names = [s for s, w in weights.items() for _ in range(w)]
+    prior = PRIOR.get(version)
+    seen = {x["prompt"] for x in take(prior[1], 0, seed, prior[0])} if prior else set()
+    misses = dict.fromkeys(weights, 0)
     index = 0
     while any(m < 1000 for m in misses.values()):
         src = pick.choice(names)
         if misses[src] >= 1000:          # a source that keeps repeating itself is dry
             continue
-        text = next(passage_iter, None) if src == "passage" else makers[src](rngs[src])
+        text = next(passage_iter, None) if src == "passage" else MAKERS[src](rngs[src])
         if text is None or text in seen:
             misses[src] += 1 if text is not None else 1000
             continue
@@ -208,12 +410,6 @@ def stream(seed: int = 0) -> Iterator[dict]:
         index += 1
 
 
-def take(n: int, start: int = 0, seed: int = 0) -> list[dict]:
-    """Instructions [start, start + n) of `stream(seed)`."""
-    out = []
-    for item in stream(seed):
-        if item["index"] >= start + n:
-            break
-        if item["index"] >= start:
-            out.append(item)
-    return out
+def take(n: int, start: int = 0, seed: int = 0, version: str = VERSION) -> list[dict]:
+    """Instructions [start, start + n) of `stream(seed, version)`."""
+    return list(itertools.islice(stream(seed, version), start, start + n))
