@@ -59,6 +59,8 @@ def test_traces_hold_each_kind_of_tau_where_it_was_measured():
     assert list(c.x) == [10000] and "c2:assets/c.md:16" in c.hovertext[0]
     assert scaling.cite("0123456789abcdef:assets/a.md:9") == "0123456789:assets/a.md:9"
     assert "round 2 weights" in a.hovertext[1] and "c2:assets/a.md:9" in a.hovertext[1]
+    assert "tokens with prompts, summed over rounds" in a.hovertext[1]
+    assert "summed" not in a.hovertext[0]                    # round 1: nothing to sum
     assert not any(k[:2] == ("c", "x2") for k in by)         # no engine τ, no trace
 
 
