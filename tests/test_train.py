@@ -123,6 +123,10 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
         assert text.count("## Measured with the engine (round 1)\n\nτ 1.5\n") == 1
         assert text.index("Reproduce:") < text.index("## Measured") and text.count("# `eagle3`") == 1
         assert "|\n\nReproduce:" in text and "\n\n\n" not in text.split("## ")[0]   # no note
+        # the card names the shards, and a feature folder of its own is in the command
+        assert data.meta["shards"] == "1-2" and "answers to the offline instruction stream " \
+            "(`specviz/train/sources.py`), response shards 1-2 and to" in text
+        assert f"--data {data.folder}` with S a folder" in text and f" --data {data.folder}`." in text
     head = eagle3.load_head(tiny_target)
     assert torch.equal(head.vocab_ids, tr.module.vocab_ids)
     with pytest.raises(Exception, match="another target"):

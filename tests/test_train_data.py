@@ -138,3 +138,22 @@ def test_train_data_holds_handles_not_feature_tensors(tiny_target, tiny_data):
         mass.index_add_(0, c["tokens"], torch.ones(len(c["tokens"])))
     vocab = d.vocab_by_mass(512, tiny_target.vocab)         # streamed file by file
     assert torch.equal(vocab, mass.topk(512).indices.sort().values)
+
+
+def test_shard_span_names_the_shards_of_a_feature_folder():
+    names = ["shard-00001.safetensors", "shard-00002.safetensors", "shard-00003.safetensors",
+             "shard-00007.safetensors", "stdlib", "shard-00009.safetensors"]
+    assert D.shard_span(names) == "1-3, 7, 9" and D.shard_span(["stdlib"]) == ""
+
+
+def test_crops_reach_the_response_of_a_long_prompt():
+    mask = torch.tensor([0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0], dtype=torch.uint8)
+    starts = torch.tensor([0, 8, 12, 16])            # responses at 6, none, none
+    assert D.first_ones(mask, starts).tolist() == [6, 4, 4]
+
+
+def test_every_crop_of_a_sequence_with_a_response_holds_response_tokens(tiny_data):
+    data = D.TrainData(tiny_data, taps=())
+    rng = np.random.default_rng(0)
+    b = data.batch(rng, 64, 8)
+    assert (b["loss_mask"].sum(1) > 0).all()

@@ -272,6 +272,27 @@ def stale_files(folder: Path, shard_dir: Path) -> list[str]:
     return out
 
 
+def first_ones(mask: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """Per sequence [starts[i], starts[i+1]) of `mask`, the offset of its first nonzero entry
+    (the sequence's length when it has none)."""
+    ones = mask.nonzero().flatten()
+    at = torch.searchsorted(ones, starts[:-1])
+    first = torch.cat([ones, starts[-1:]])[at]
+    return torch.minimum(first, starts[1:]) - starts[:-1]
+
+
+def shard_span(names) -> str:
+    """'1-9, 34-41' for the response shards shard-00001 ... named in `names` (others ignored)."""
+    nums = sorted(int(n[6:11]) for n in names if n.startswith("shard-") and n[6:11].isdigit())
+    runs: list[list[int]] = []
+    for n in nums:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
 # --- loading --------------------------------------------------------------------------------
 COUNTS = ("sequences", "tokens", "response_tokens", "heldout_sequences", "stdlib_chunks",
           "self_instruct")
@@ -311,13 +332,17 @@ class TrainData:
         missing = set(self.taps) - set(json.loads(first["taps"]))
         if missing:
             raise FeatureError(f"{folder} has no features of layer(s) {sorted(missing)}")
+        self.folder = folder
         self.meta = {k: first[k] for k in ("fingerprint", "target", "taps", "topk")} | {
-            k: str(sum(int(m[k]) for m in metas)) for k in COUNTS} | {"files": str(len(paths))}
+            k: str(sum(int(m[k]) for m in metas)) for k in COUNTS} | {
+            "files": str(len(paths)), "shards": shard_span(m.get("source", "") for m in metas)}
         self.fingerprint = first["fingerprint"]
         self.seq_starts = [f.get_tensor("seq_starts") for f in self.files]
         self.first = [0] + list(itertools.accumulate(len(s) - 1 for s in self.seq_starts))
         split = torch.cat([f.get_tensor("split") for f in self.files]).tolist()
         self.lengths = torch.cat([s.diff() for s in self.seq_starts]).tolist()
+        self.response_start = [int(x) for f, st in zip(self.files, self.seq_starts)
+                               for x in first_ones(f.get_tensor("loss_mask"), st)]
         self.train_ids = [s for s, n in enumerate(self.lengths) if not split[s] and n > 2]
         self.heldout_ids = [s for s, n in enumerate(self.lengths) if split[s] and n > 2]
 
@@ -345,13 +370,16 @@ class TrainData:
 
     def batch(self, rng: np.random.Generator, batch_size: int, seq_len: int,
               heldout: bool = False) -> dict[str, torch.Tensor]:
-        """batch_size random crops of at most seq_len tokens, right-padded (valid = 0)."""
+        """batch_size random crops of at most seq_len tokens, right-padded (valid = 0). A crop
+        starts at most seq_len // 4 tokens before its sequence's response (where the sequence
+        allows), so that a long prompt does not fill crops with tokens that carry no loss."""
         ids = self.sequences(heldout)
         crops = []
         for _ in range(batch_size):
             s = ids[int(rng.integers(len(ids)))]
-            start = int(rng.integers(max(1, self.lengths[s] - seq_len + 1)))
-            crops.append(self.crop(s, start, seq_len))
+            hi = max(0, self.lengths[s] - seq_len)
+            lo = min(hi, max(0, self.response_start[s] - seq_len // 4))
+            crops.append(self.crop(s, int(rng.integers(lo, hi + 1)), seq_len))
         return collate(crops)
 
     def vocab_by_mass(self, n: int, vocab: int) -> torch.Tensor:

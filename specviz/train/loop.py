@@ -33,7 +33,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from specviz.drafters import weights
-from specviz.train.data import DATA_DIR, TrainData
+from specviz.train.data import DATA_DIR, FEATURE_DIR, TrainData
 
 
 class Trainable(Protocol):
@@ -308,6 +308,15 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
     before = previous.read_text(encoding="utf-8") if cfg.init == "shipped" and previous.exists() else ""
     summed = summed_data_row(before, meta)
     note = f"\n{cfg.note}\n" if cfg.note else ""      # one blank line either side, or none
+    span = f", response shards {meta['shards']}" if meta.get("shards") else ""
+    if Path(data.folder).resolve() == FEATURE_DIR.resolve():
+        build = (f"`python -m specviz train --build-data \\\n--max-seqs "
+                 f"{int(meta['sequences']) - chunks} --stdlib-chunks {chunks}`")
+        use = ""
+    else:           # a feature folder of some shards only
+        build = (f"`python -m specviz train --build-data --shards S --data {data.folder}` with "
+                 f"S a folder of (links to) the response shards {meta['shards']}")
+        use = f" --data {data.folder}"
     card = f"""# `{cfg.drafter_id}` drafter for {target.model_id}
 
 {trainable.describe()}
@@ -316,7 +325,7 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 |---|---|
 | shipped parameters | {n_params:,} ({', '.join(f'{p.name} {p.stat().st_size / 2**20:.1f} MiB' for p in paths)}) |
 | target fingerprint | `{target.fingerprint}` |
-| training data | {meta['sequences']} sequences, {meta['tokens']} tokens ({meta['response_tokens']} response tokens) of target-generated answers to the offline instruction stream (`specviz/train/sources.py`){also}; {len(data.heldout_ids)} sequences held out |
+| training data | {meta['sequences']} sequences, {meta['tokens']} tokens ({meta['response_tokens']} response tokens) of target-generated answers to the offline instruction stream (`specviz/train/sources.py`){span}{also}; {len(data.heldout_ids)} sequences held out |
 {summed}| start | {start} |
 | optimisation | AdamW lr {cfg.lr}, warmup {cfg.warmup}, cosine; batch {cfg.batch_size} x {cfg.seq_len} tokens; seed {cfg.seed} |
 | steps | {state['step']} ({state['tokens']:,} tokens seen) |
@@ -327,10 +336,9 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 | held-out simulated chain τ | {ev['tau']} (n = {ev['n']} start positions) |
 {start_row(state)}{note}
 Reproduce: with the response shards in data/responses/ (`python -m specviz train data` writes and
-extends them{f", --self-instruct {selfi}" if selfi else ""}), `python -m specviz train --build-data \\
---max-seqs {int(meta['sequences']) - chunks} --stdlib-chunks {chunks}` then
+extends them{f", --self-instruct {selfi}" if selfi else ""}), {build} then
 `python -m specviz train --drafter {cfg.drafter_id} --minutes {cfg.minutes} --steps {cfg.steps} \\
 --batch-size {cfg.batch_size} --seq-len {cfg.seq_len} --lr {cfg.lr} --warmup {cfg.warmup}\
-{" --init shipped" if cfg.init == "shipped" else ""}`.
+{" --init shipped" if cfg.init == "shipped" else ""}{use}`.
 {earlier_sections(before)}"""
     weights.write_card(cfg.drafter_id, card)
