@@ -336,7 +336,7 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 | held-out simulated chain τ | {ev['tau']} (n = {ev['n']} start positions) |
 {start_row(state)}{note}
 Reproduce: with the response shards in data/responses/ (`python -m specviz train data` writes and
-extends them{f", --self-instruct {selfi}" if selfi else ""}), {build} then
+extends them{f", --self-instruct {selfi}" if selfi else ""}), {build}, then
 `python -m specviz train --drafter {cfg.drafter_id} --minutes {cfg.minutes} --steps {cfg.steps} \\
 --batch-size {cfg.batch_size} --seq-len {cfg.seq_len} --lr {cfg.lr} --warmup {cfg.warmup}\
 {" --init shipped" if cfg.init == "shipped" else ""}{use}`.
