@@ -126,7 +126,8 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
         # the card names the shards, and a feature folder of its own is in the command
         assert data.meta["shards"] == "1-2" and "answers to the offline instruction stream " \
             "(`specviz/train/sources.py`), response shards 1-2 and to" in text
-        assert f"--data {data.folder}` with S a folder" in text and f" --data {data.folder}`." in text
+        assert f"--data {data.folder}` with S a folder" in text
+        assert f" --data {data.folder}`." in text
     head = eagle3.load_head(tiny_target)
     assert torch.equal(head.vocab_ids, tr.module.vocab_ids)
     with pytest.raises(Exception, match="another target"):

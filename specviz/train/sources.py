@@ -264,7 +264,8 @@ def paragraph(rng: random.Random) -> tuple[str, list[str]]:
         text = (f"{name} works as a {job} in {rng.choice(tp.CITIES)}. Every morning {name} gets up "
                 f"at {h1} o'clock and takes the {way} to work, a trip of {minutes} minutes. After "
                 f"work, {name} often meets {name2} to {rng.choice(tp.FILL['hobby'])}. On "
-                f"weekends they visit {rng.choice(['the market', 'the coast', 'family', 'a museum'])}.")
+                f"weekends they visit "
+                f"{rng.choice(['the market', 'the coast', 'family', 'a museum'])}.")
         qs = [f"What is {name}'s job?", f"How does {name} get to work, and how long does it take?",
               f"What time does {name} get up?", f"What does {name} do after work?"]
     return text, qs
@@ -284,7 +285,8 @@ def snippet(rng: random.Random) -> str:
     word = rng.choice(tp.WORDS)
     return rng.choice([
         f"nums = {nums}\nprint(sorted(nums)[len(nums) // 2], min(nums) + max(nums))",
-        f"total = 0\nfor i in range({a}, {b}):\n    if i % {k} == 0:\n        total += i\nprint(total)",
+        f"total = 0\nfor i in range({a}, {b}):\n    if i % {k} == 0:\n        total += i\n"
+        "print(total)",
         f"text = \"the cat and the dog and the {word}\"\ncounts = {{}}\nfor w in text.split():\n"
         "    counts[w] = counts.get(w, 0) + 1\nprint(counts)",
         f"s = \"{word}\"\nprint(s[::-1].upper(), s == s[::-1])",
@@ -392,8 +394,7 @@ def stream(seed: int = 0, version: str = VERSION) -> Iterator[dict]:
     rngs = {s: random.Random(f"{seed}:{s}{tag}") for s in weights}
     passage_iter = passage_tasks(seed, PASSAGE_START[version])
     names = [s for s, w in weights.items() for _ in range(w)]
-    prior = PRIOR.get(version)
-    seen = {x["prompt"] for x in take(prior[1], 0, seed, prior[0])} if prior else set()
+    seen = set(answered_before(seed, version))
     misses = dict.fromkeys(weights, 0)
     index = 0
     while any(m < 1000 for m in misses.values()):
@@ -408,6 +409,16 @@ def stream(seed: int = 0, version: str = VERSION) -> Iterator[dict]:
         seen.add(text)
         yield {"index": index, "source": src, "prompt": text}
         index += 1
+
+
+@lru_cache(maxsize=4)
+def answered_before(seed: int, version: str) -> frozenset[str]:
+    """The instructions of PRIOR[version] (an earlier version's answered prefix) that `version`
+    skips; computed once per process, not on every `stream` call."""
+    prior = PRIOR.get(version)
+    if not prior:
+        return frozenset()
+    return frozenset(x["prompt"] for x in take(prior[1], 0, seed, prior[0]))
 
 
 def take(n: int, start: int = 0, seed: int = 0, version: str = VERSION) -> list[dict]:

@@ -6,8 +6,9 @@ reading code, everyday how-to and why questions, multi-step word problems, struc
 
 Boundary: text only, no model, no generators (sources.py draws from these lists), no dev or demo
 prompts; the wording also stays apart from the development prompts' phrasings, so that the
-development set still measures what carries over to unseen wordings. Appending to a list changes the version-2 stream: bump sources.VERSION, never edit in
-place what a committed shard's stream version used.
+development set still measures what carries over to unseen wordings. Appending to a list
+changes the version-2 stream: bump sources.VERSION, never edit in place what a committed shard's
+stream version used.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ CITIES = ["Lisbon", "Osaka", "Nairobi", "Toronto", "Krakow", "Lima", "Hanoi", "O
 # -- translation ------------------------------------------------------------------------------
 LANGUAGES = ["French", "Spanish", "German", "Italian", "Portuguese", "Dutch", "Chinese",
              "Japanese", "Korean", "Russian", "Turkish", "Polish", "Swedish", "Arabic"]
-TRANSLATE = ["Give the {lang} translation of this sentence: {s}", "Translate this sentence into {lang}:\n\n{s}",
+TRANSLATE = ["Give the {lang} translation of this sentence: {s}",
+             "Translate this sentence into {lang}:\n\n{s}",
              "How do you say \"{s}\" in {lang}?", "Please translate the following into {lang} "
              "and explain any word that is hard to translate: {s}",
              "Translate into {lang}, then back into English: {s}"]
@@ -128,7 +130,8 @@ SUMMARY_TASKS = [
 
 # -- reading code -----------------------------------------------------------------------------
 CODE_READ_TASKS = [
-    "What does the following Python snippet do?\n\n{c}", "What does this code print? Explain why.\n\n{c}",
+    "What does the following Python snippet do?\n\n{c}",
+    "What does this code print? Explain why.\n\n{c}",
     "Add helpful comments to this code:\n\n{c}", "Rewrite this code to be more readable:\n\n{c}",
     "Are there any bugs or edge cases in this code?\n\n{c}",
     "Translate this Python code into JavaScript:\n\n{c}",

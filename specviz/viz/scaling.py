@@ -58,8 +58,9 @@ def _hover(p: dict, key: str, what: str) -> str:
     tau = f"{what}: {p[key]:.2f}"
     if key == "engine_tau":
         tau += f" ({p['engine_strategy']}, measured in round {p['engine_round']})"
-    lines = [seen, f"{p['sequences']:,} sequences, {p['total_tokens']:,} tokens with prompts"
-             + (", summed over rounds" if p["round"] > 1 else ""), tau, f"card: {cite(p[key.replace('_tau', '_source')])}"]
+    data = f"{p['sequences']:,} sequences, {p['total_tokens']:,} tokens with prompts" + (
+        ", summed over rounds" if p["round"] > 1 else "")
+    lines = [seen, data, tau, f"card: {cite(p[key.replace('_tau', '_source')])}"]
     if key == "engine_tau":
         lines.append(p["engine_command"])
     lines.append(f"training data: {cite(p['source'])}")
