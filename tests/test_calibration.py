@@ -100,3 +100,17 @@ def test_sparse_positions_keep_the_previous_temperature():
     acc[:, 2] = False                                      # nothing survives past position 2
     temps = calibrate.sequential_temperatures(z, acc)
     assert temps[2] == temps[3] == temps[4] == temps[1]
+
+
+def test_saved_engine_runs_are_reused_only_for_the_same_weights_and_settings(tmp_path):
+    from specviz.train import recalibrate
+    z, acc = synthetic(n=50, gamma=4)
+    s, prompt = acc.double().cumprod(-1), torch.arange(50) % 7
+    key = {"prompts": 84, "per_source": 12, "max_new_tokens": 128, "weights": "abc"}
+    path = tmp_path / "runs" / "dspark.safetensors"
+    assert recalibrate.saved_runs(path, key) is None                      # nothing saved yet
+    recalibrate.save_runs(path, z.double(), s, prompt, key)
+    got = recalibrate.saved_runs(path, key)
+    assert all(torch.equal(a, b) for a, b in zip(got, (z.double(), s, prompt)))
+    assert recalibrate.saved_runs(path, key | {"weights": "abd"}) is None   # retrained drafter
+    assert recalibrate.saved_runs(path, key | {"max_new_tokens": 64}) is None

@@ -118,6 +118,9 @@ def calibrate_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-source", type=int, default=8, help="instructions per source")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--no-ship", action="store_true", help="report only; do not write assets/")
+    p.add_argument("--runs", default="",
+                   help="keep the engine runs in this file and reuse them on a later call while "
+                        "the drafter's weights (temperatures aside) and these settings are the same")
     machine_args(p)
     return p
 
@@ -129,7 +132,8 @@ def main_calibrate(argv: list[str]) -> int:
     from specviz.train import recalibrate
     target = embedded_target(args)
     report = recalibrate.run(target, args.per_source, args.max_new_tokens, ship=not args.no_ship,
-                             cmd="python -m specviz train calibrate " + " ".join(argv))
+                             cmd="python -m specviz train calibrate " + " ".join(argv),
+                             runs=Path(args.runs) if args.runs else None)
     for row in report["after"]["by_position"]:
         print(f"a_{row['position']}: mean {row['mean_a']:.3f}, realized {row['realized']:.3f}, "
               f"ECE {row['ece']:.3f}")

@@ -283,7 +283,7 @@ def first_ones(mask: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
 
 def shard_span(names) -> str:
     """'1-9, 34-41' for the response shards shard-00001 ... named in `names` (others ignored)."""
-    nums = sorted(int(n[6:11]) for n in names if n.startswith("shard-") and n[6:11].isdigit())
+    nums = sorted(n for n in map(shards.shard_number, names) if n is not None)
     runs: list[list[int]] = []
     for n in nums:
         if runs and n == runs[-1][1] + 1:

@@ -15,13 +15,19 @@ at 1, so c_k = σ(z_k) and the label of position k is "drafts 1..k were all acce
 instructions are stratified over the instruction sources (sources.py) in the mix of the
 evaluation categories (MIX), from a stream range no shard covers; half the prompts fit, the other
 half report, and the shipped temperatures are the fit half's (what is reported is what ships).
+The engine runs (z, s, prompt) can be kept in a file (`--runs`) and refitted without rerunning
+the engine while the drafter's weights other than its temperatures are unchanged.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import defaultdict
+from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from specviz import events as ev
 from specviz import runner
@@ -138,15 +144,55 @@ def card_section(report: dict, cmd: str) -> str:
             f"{after['ece']:.3f} after; AUC {after['auc']:.3f}.\n")
 
 
+def weights_digest(target) -> str:
+    """sha256 of the shipped drafter's tensors other than its temperatures (which calibration
+    rewrites and collect() sets to 1): saved runs are valid while it is unchanged."""
+    tensors, _ = weights.load(ID, target.fingerprint)
+    h = hashlib.sha256()
+    for k in sorted(tensors):
+        if k != "temperature":
+            h.update(k.encode() + tensors[k].contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def save_runs(path: Path, z: torch.Tensor, s: torch.Tensor, prompt: torch.Tensor,
+              key: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({"z": z.contiguous(), "s": s.contiguous(), "prompt": prompt.contiguous()}, str(path),
+              metadata={k: str(v) for k, v in key.items()})
+
+
+def saved_runs(path: Path, about: dict) -> tuple[torch.Tensor, ...] | None:
+    """(z, s, prompt) from a runs file written for the same weights and settings, else None."""
+    if not path.exists():
+        return None
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+    if any(meta.get(k) != str(v) for k, v in about.items()):
+        return None
+    t = load_file(str(path))
+    return t["z"], t["s"], t["prompt"]
+
+
 def run(target, per_source: int = 8, max_new_tokens: int = 128, ship: bool = True,
-        cmd: str = "python -m specviz train calibrate", log=print) -> dict:
-    """Collect on fresh calibration instructions, fit, and (with `ship`) write the result."""
+        cmd: str = "python -m specviz train calibrate", runs: Path | None = None,
+        log=print) -> dict:
+    """Collect on fresh calibration instructions (or reuse `runs` when it holds this drafter's
+    runs at these settings; a new collection is saved there), fit, and (with `ship`) write the
+    result."""
     check_unused()
     items = instructions(per_source)
-    z, s, prompt = collect(target, [it["prompt"] for it in items], max_new_tokens, log)
-    return fit_and_ship(target, z, s, prompt, ship=ship, cmd=cmd,
-                        about={"prompts": len(items), "per_source": per_source,
-                               "max_new_tokens": max_new_tokens})
+    about = {"prompts": len(items), "per_source": per_source, "max_new_tokens": max_new_tokens}
+    key = about | {"weights": weights_digest(target)}
+    kept = saved_runs(Path(runs), key) if runs else None
+    if kept is not None:
+        log(f"reusing the engine runs in {runs}")
+        z, s, prompt = kept
+    else:
+        z, s, prompt = collect(target, [it["prompt"] for it in items], max_new_tokens, log)
+        if runs:
+            save_runs(Path(runs), z, s, prompt, key)
+    return fit_and_ship(target, z, s, prompt, ship=ship, cmd=cmd, about=about)
 
 
 def fit_and_ship(target, z: torch.Tensor, s: torch.Tensor, prompt: torch.Tensor, *, ship: bool,

@@ -39,6 +39,17 @@ def shard_paths(folder: Path = SHARD_DIR) -> list[Path]:
     return sorted(Path(folder).glob("shard-*.safetensors"))
 
 
+def shard_name(number: int) -> str:
+    return f"shard-{number:05d}.safetensors"
+
+
+def shard_number(name: str) -> int | None:
+    """The number in a shard's file name `shard-NNNNN.safetensors` (None for another name)."""
+    stem = Path(name).name.removesuffix(".safetensors")
+    head, _, num = stem.partition("-")
+    return int(num) if head == "shard" and num.isdigit() else None
+
+
 def meta(path: Path) -> dict:
     with safe_open(str(path), framework="numpy") as f:
         m = dict(f.metadata())
@@ -85,7 +96,7 @@ def write(folder: Path, number: int, rows: list[dict], metadata: dict) -> Path:
         "format": FORMAT, "sources": json.dumps(names),
         "response_tokens": str(sum(len(r["response_ids"]) for r in rows))}
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"shard-{number:05d}.safetensors"
+    path = folder / shard_name(number)
     if path.exists():
         raise FileExistsError(f"{path} exists: shards are never rewritten")
     tmp = path.with_suffix(".tmp")
@@ -123,7 +134,7 @@ def extend(target, folder: Path = SHARD_DIR, target_tokens: int = 3_000_000, bat
                      and m["stream_version"] == sources.VERSION]}
     nxt = {s: max((m["first"] + m["count"] for m in ms), default=0) for s, ms in mine.items()}
     total = sum(m["response_tokens"] for m in done)
-    number = max((int(p.stem.split("-")[1]) for p in shard_paths(folder)), default=0) + 1
+    number = max((shard_number(p.name) for p in shard_paths(folder)), default=0) + 1
     if self_instruct > nxt["self"]:
         folder.mkdir(parents=True, exist_ok=True)
         self_instructions(target, self_instruct, folder / SELF_FILE, batch=min(batch, 16),
