@@ -1,4 +1,5 @@
-"""Sequential temperature scaling on synthetic confidences with a known miscalibration."""
+"""Sequential calibration (temperature and bias per position) on synthetic confidences with a known
+miscalibration, and calibration on engine runs."""
 from __future__ import annotations
 
 import pytest
@@ -7,12 +8,13 @@ import torch
 from specviz.train import calibrate
 
 
-def synthetic(n=4000, gamma=5, seed=0):
-    """True per-position acceptance c_k = σ(z_k); the reported logits are 3x overconfident."""
+def synthetic(n=4000, gamma=5, seed=0, shift=0.0):
+    """True per-position acceptance c_k = σ(z_k); the reported logits are 3x overconfident (and
+    `shift` too high: an offset no temperature undoes)."""
     g = torch.Generator().manual_seed(seed)
     true_z = torch.randn(n, gamma, generator=g) * 1.2 + 1.0
     acc = torch.rand(n, gamma, generator=g) < torch.sigmoid(true_z)
-    return 3.0 * true_z, acc
+    return 3.0 * (true_z + shift), acc
 
 
 def test_ece_and_auc_basics():
@@ -23,19 +25,34 @@ def test_ece_and_auc_basics():
     assert abs(calibrate.ece(torch.full((4,), 0.9), torch.tensor([1, 0, 0, 0])) - 0.65) < 1e-6
 
 
-def test_sequential_temperature_scaling_lowers_ece():
+def test_sequential_calibration_lowers_ece():
     z, acc = synthetic()
-    temps = calibrate.sequential_temperatures(z, acc)
-    assert all(2.0 < t < 4.5 for t in temps.tolist())     # undoes the 3x overconfidence
+    temps, biases = calibrate.sequential_fit(z, acc)
+    assert all(2.3 < t < 3.5 for t in temps.tolist())     # undoes the 3x overconfidence
+    assert all(abs(b) < 0.2 for b in biases.tolist())      # and needs no offset
     z2, acc2 = synthetic(seed=1)                           # judged on fresh draws
-    rep = calibrate.report(z2, acc2, temps)
+    rep = calibrate.report(z2, acc2, temps, biases)
     assert rep["ece_after"] < 0.02 < rep["ece_before"]
     assert rep["auc"] > 0.7
 
 
+def test_the_bias_undoes_an_offset_a_temperature_cannot():
+    z, acc = synthetic(shift=1.0)
+    temps, biases = calibrate.sequential_fit(z, acc)
+    assert all(2.3 < t < 3.5 for t in temps.tolist())
+    assert all(-1.4 < b < -0.9 for b in biases.tolist())  # the offset: -1 at T = 3
+    z2, acc2 = synthetic(seed=1, shift=1.0)
+    s2 = acc2.double().cumprod(-1)
+    fitted = calibrate.survival(z2, temps, biases)
+    temperature_only = calibrate.survival(z2, temps)       # the same slopes without the offsets
+    for k in range(3):
+        assert abs(fitted[:, k].mean() - s2[:, k].mean()) < 0.02
+        assert temperature_only[:, k].mean() - s2[:, k].mean() > 0.05
+
+
 def test_survival_is_a_non_increasing_prefix_product():
     z, _ = synthetic(n=50)
-    a = calibrate.survival(z, torch.full((5,), 2.0))
+    a = calibrate.survival(z, torch.full((5,), 2.0), torch.linspace(-1, 1, 5))
     assert (a[:, 1:] <= a[:, :-1]).all() and ((a > 0) & (a < 1)).all()
 
 
@@ -45,10 +62,11 @@ def test_fit_reports_on_the_other_half_per_position():
     z, acc = synthetic(n=6000, gamma=4)
     s = acc.double().cumprod(-1)
     half = torch.arange(len(z)) % 2 == 0
-    temps, rep = recalibrate.fit(z.double(), s, half)
-    assert torch.equal(temps, temps.to(torch.bfloat16).float())          # as shipped
+    temps, biases, rep = recalibrate.fit(z.double(), s, half)
+    for t in (temps, biases):
+        assert torch.equal(t, t.to(torch.bfloat16).float())              # as shipped
     assert rep["blocks_fit"] == rep["blocks_report"] == 3000
-    raw = recalibrate.score(z[~half], s[~half], torch.ones(4))["by_position"]
+    raw = recalibrate.score(z[~half], s[~half], torch.ones(4), torch.zeros(4))["by_position"]
     for before, after in zip(raw, rep["after"]["by_position"]):            # sampling noise at n = 3000: ~0.02
         assert abs(after["gap"]) < 0.05 and after["ece"] < 0.05 < before["ece"]
     assert [r["position"] for r in raw] == [1, 2, 3, 4]
@@ -95,11 +113,12 @@ def test_collect_on_the_real_drafter(target):
     assert prompt.tolist() == sorted(prompt.tolist()) and set(prompt.tolist()) == {0, 1}
 
 
-def test_sparse_positions_keep_the_previous_temperature():
+def test_sparse_positions_keep_the_previous_calibration():
     z, acc = synthetic(n=400, gamma=5)
     acc[:, 2] = False                                      # nothing survives past position 2
-    temps = calibrate.sequential_temperatures(z, acc)
+    temps, biases = calibrate.sequential_fit(z, acc)
     assert temps[2] == temps[3] == temps[4] == temps[1]
+    assert biases[2] == biases[3] == biases[4] == biases[1]
 
 
 def test_saved_engine_runs_are_reused_only_for_the_same_weights_and_settings(tmp_path):

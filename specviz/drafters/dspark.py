@@ -6,9 +6,9 @@ is row 0) drafts x_{k+1}:
   p_k = softmax(U_k + B(x_k)),  B(x) = W2 · W1[x]    (U_k: backbone logits over the draft
                                                        vocabulary; W1 rows for its tokens + one
                                                        "other" row; W2 -> a bias per draft token)
-  c_k = σ((wᵀ[h_k ; W1[x_k]] + b) / T_k)             (confidence that x_{k+1} is accepted given
-                                                       all earlier drafts were; T_k from
-                                                       sequential temperature scaling)
+  c_k = σ((wᵀ[h_k ; W1[x_k]] + b) / T_k + β_k)      (confidence that x_{k+1} is accepted given
+                                                       all earlier drafts were; T_k and β_k
+                                                       fitted in order of k, train/calibrate.py)
   a_k = Π_{i<=k} c_i                                   (prefix survival)
 with x_0 the anchor and x_k the previous draft, sampled left to right. c_k depends on x_{<=k}
 only, so cutting the chain at the first a_k < threshold decides whether to verify x_{k+1}
@@ -36,7 +36,8 @@ from specviz.models.kernels import pack_linears
 
 
 class DSparkModel(nn.Module):
-    """Backbone + Markov head + confidence head (+ per-position calibration temperatures). The
+    """Backbone + Markov head + confidence head (+ per-position calibration: c_k = σ(z_k / T_k +
+    b_k), train/calibrate.py). The
     Markov head lives on the backbone's draft vocabulary: W1 has a row per draft token plus one
     "other" row, W2 maps to draft-vocabulary logits."""
 
@@ -50,6 +51,7 @@ class DSparkModel(nn.Module):
         nn.init.zeros_(self.w2.weight)                                    # starts as the backbone
         self.conf = nn.Linear(shape.d + rank, 1)
         self.register_buffer("temperature", torch.ones(block))
+        self.register_buffer("calibration_bias", torch.zeros(block))
 
     def markov(self, prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """prev target ids [...] -> (W1 row [..., r], bias B = W2 W1[prev] [..., Vd])."""
@@ -59,6 +61,11 @@ class DSparkModel(nn.Module):
     def confidence_logit(self, h: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
         """Uncalibrated confidence logit wᵀ[h ; W1[x_prev]] + b: [...]."""
         return self.conf(torch.cat([h, e.to(h.dtype)], -1))[..., 0]
+
+    def confidence(self, h: torch.Tensor, e: torch.Tensor, k: int) -> torch.Tensor:
+        """Calibrated c_k for block position k: σ(z / T_k + b_k)."""
+        z = self.confidence_logit(h, e)
+        return torch.sigmoid(z / self.temperature[k] + self.calibration_bias[k])
 
 
 ID = "dspark"
@@ -110,7 +117,7 @@ class BlockCursor:
         m, k = self.drafter.model, len(self.toks)
         e, self._bias = m.markov(torch.tensor(self.toks[-1] if self.toks else self.root,
                                               device=self.h.device))
-        c = float(torch.sigmoid(m.confidence_logit(self.h[k], e) / m.temperature[k]))
+        c = float(m.confidence(self.h[k], e, k))
         self.conf.append(c)
         self.surv.append(c * (self.surv[-1] if self.surv else 1.0))
 
@@ -192,6 +199,8 @@ def build_dspark(target, settings: DSparkSettings) -> DSparkDrafter:
     model = DSparkModel(LayerShape.of(target, ffn=cfg["ffn"]), tensors["backbone.vocab"],
                         target.vocab, block=cfg["block"], n_layers=cfg["layers"],
                         rank=cfg["rank"], taps=tuple(cfg["taps"]))
+    # weights calibrated before per-position biases existed (temperatures only) have none
+    tensors.setdefault("calibration_bias", torch.zeros(cfg["block"]))
     model.load_state_dict(tensors)
     if settings.block_size > model.block:
         raise DrafterUnavailable(f"dspark was trained with blocks of {model.block}; "

@@ -10,7 +10,8 @@ exp(-(k - off) / γ_w).
 
 DFlash: soft-label CE against the target's distribution. DSpark: 0.1 CE + 0.9 ‖p_d - p_t‖₁ +
 BCE(c, c*) with c* = 1 - ½‖p_d - p_t‖₁ and the Markov / confidence heads teacher-forced on the
-true previous token; at export, sequential temperature scaling on held-out sequences.
+true previous token; at export, sequential calibration (per-position temperature and bias,
+train/calibrate.py) on held-out sequences.
 """
 from __future__ import annotations
 
@@ -180,7 +181,7 @@ class BlockTrainable:
 
     # --- shipping -----------------------------------------------------------------------
     def calibrate(self) -> None:
-        """Sequential temperature scaling: fit on even held-out sequences, report on odd."""
+        """Sequential calibration: fit on even held-out sequences, report on odd."""
         data = self.heldout
         fit, test = [], []
         with torch.no_grad():
@@ -189,11 +190,13 @@ class BlockTrainable:
                 (fit if j % 2 == 0 else test).append(self.free_run(batch))
         hits_f, z_f = map(torch.cat, zip(*fit))
         hits_t, z_t = map(torch.cat, zip(*test))
-        temps = calibrate.sequential_temperatures(z_f, hits_f)
+        temps, biases = calibrate.sequential_fit(z_f, hits_f)
         self.dspark.temperature.copy_(temps)
-        self.calibration = {"fit": calibrate.report(z_f, hits_f, temps),
-                            "test": calibrate.report(z_t, hits_t, temps),
-                            "temperatures": [round(float(t), 3) for t in temps]}
+        self.dspark.calibration_bias.copy_(biases)
+        self.calibration = {"fit": calibrate.report(z_f, hits_f, temps, biases),
+                            "test": calibrate.report(z_t, hits_t, temps, biases),
+                            "temperatures": [round(float(t), 3) for t in temps],
+                            "biases": [round(float(b), 3) for b in biases]}
 
     def export(self):
         if self.dspark is not None:
@@ -221,12 +224,13 @@ class BlockTrainable:
                 f"head on the {len(self.backbone.vocab)} most probable tokens of the data (rank "
                 f"{self.dspark.w1.embedding_dim}), confidence head trained on c* = 1 - ½‖p_d - p_t‖₁. "
                 f"Loss 0.1 CE + 0.9 L1 + BCE, position weights exp(-k/{self.gamma_w:g}).\n\n"
-                f"Calibration (sequential temperature scaling of a_j, greedy acceptance labels; "
+                f"Calibration (sequential per-position temperature and bias of a_j, greedy "
+                f"acceptance labels; "
                 f"fit on half the held-out sequences, reported on the other half): "
                 f"ECE {c['test']['ece_before']:.4f} -> {c['test']['ece_after']:.4f}, "
                 f"AUC {c['test']['auc']:.3f} (n = {c['test']['n_blocks']} blocks; on the fit half "
                 f"ECE {c['fit']['ece_before']:.4f} -> {c['fit']['ece_after']:.4f}). "
-                f"Temperatures T_k: {c['temperatures']}.")
+                f"Temperatures T_k: {c['temperatures']}; biases b_k: {c['biases']}.")
 
 
 def dflash(target, args, size: int) -> BlockTrainable:

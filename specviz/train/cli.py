@@ -113,14 +113,14 @@ def main_data(argv: list[str]) -> int:
 def calibrate_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m specviz train calibrate",
-        description="Refit the shipped dspark drafter's confidence temperatures on engine runs "
+        description="Refit the shipped dspark drafter's confidence calibration on engine runs "
                     "over held-out instructions, and write them into assets/ (weights and card).")
     p.add_argument("--per-source", type=int, default=8, help="instructions per source")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--no-ship", action="store_true", help="report only; do not write assets/")
     p.add_argument("--runs", default="",
                    help="keep the engine runs in this file and reuse them on a later call while "
-                        "the drafter's weights (temperatures aside) and these settings are the same")
+                        "the drafter's weights (calibration aside) and these settings are the same")
     machine_args(p)
     return p
 

@@ -1,8 +1,8 @@
-"""Calibrating DSpark's confidences on engine runs (ALGORITHMS.md §6: sequential temperature
-scaling), on held-out instructions that no training shard answers.
+"""Calibrating DSpark's confidences on engine runs (ALGORITHMS.md §6; per-position temperature
+and bias, train/calibrate.py), on held-out instructions that no training shard answers.
 
 Boundary: runs the engine on the shipped `dspark` drafter, collects per step the uncalibrated
-confidence logits and which drafts were accepted, fits the temperatures (calibrate.py), and
+confidence logits and which drafts were accepted, fits the calibration (calibrate.py), and
 writes them into the shipped weights and a section of the model card. Called by
 `python -m specviz train calibrate`.
 
@@ -11,12 +11,12 @@ as a probability by the confidence-prefix view and by the schedulers, so it has 
 prompts the app serves. Fitting on held-out crops of the training data left a_1 at 0.44 against
 0.31 realized on fresh instructions (the crops are easier than fresh answers). Here each block is
 drafted and verified in full (`scheduler=threshold`, threshold 0), greedy, with every temperature
-at 1, so c_k = σ(z_k) and the label of position k is "drafts 1..k were all accepted". The
+at 1 and bias at 0, so c_k = σ(z_k) and the label of position k is "drafts 1..k were all accepted". The
 instructions are stratified over the instruction sources (sources.py) in the mix of the
 evaluation categories (MIX), from a stream range no shard covers; half the prompts fit, the other
-half report, and the shipped temperatures are the fit half's (what is reported is what ships).
+half report, and the shipped calibration is the fit half's (what is reported is what ships).
 The engine runs (z, s, prompt) can be kept in a file (`--runs`) and refitted without rerunning
-the engine while the drafter's weights other than its temperatures are unchanged.
+the engine while the drafter's weights other than its calibration are unchanged.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from specviz.train import calibrate, shards, sources
 ID = "dspark"
 FIRST_INDEX = 30_000      # calibration instructions come from stream indices [FIRST, FIRST + SPAN)
 SPAN = 10_000
-STREAM_VERSION = "1"      # of sources.stream: the shipped temperatures were fit on this one
+STREAM_VERSION = "1"      # of sources.stream: the shipped calibration was fit on this one
 SECTION = "## Calibration on engine runs"
 
 
@@ -75,7 +75,7 @@ def check_unused(folder=shards.SHARD_DIR, seed: int = 0) -> None:
 
 def collect(target, prompts: list[str], max_new_tokens: int, log=print
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Engine runs of `dspark` at temperature-1 confidences: (z [N, γ], s [N, γ], prompt [N])
+    """Engine runs of `dspark` at uncalibrated confidences: (z [N, γ], s [N, γ], prompt [N])
     over all steps of all prompts, z_k the uncalibrated logit of c_k, s_k = 1 when drafts 1..k
     were accepted, and the index of the prompt each block belongs to."""
     zs, ss, rows = [], [], []
@@ -84,6 +84,7 @@ def collect(target, prompts: list[str], max_new_tokens: int, log=print
                               gen=GenSettings(max_new_tokens=max_new_tokens),
                               overrides={"scheduler": "threshold", "threshold": 0.0})
         spec.drafter.model.temperature.fill_(1.0)
+        spec.drafter.model.calibration_bias.zero_()
         conf = None
         for e in runner.events(target, spec):
             if isinstance(e, ev.ScheduleDecided):
@@ -108,21 +109,23 @@ def by_position(a: torch.Tensor, s: torch.Tensor) -> list[dict]:
             for j in range(min(POSITIONS, a.shape[1]))]
 
 
-def score(z: torch.Tensor, s: torch.Tensor, temps: torch.Tensor) -> dict:
-    """a_j under `temps` against the survival labels: per position (by_position), and the ECE
-    and AUC pooled over positions 1..POSITIONS."""
-    a, p = calibrate.survival(z.float(), temps), POSITIONS
+def score(z: torch.Tensor, s: torch.Tensor, temps: torch.Tensor, biases: torch.Tensor) -> dict:
+    """a_j under (`temps`, `biases`) against the survival labels: per position (by_position),
+    and the ECE and AUC pooled over positions 1..POSITIONS."""
+    a, p = calibrate.survival(z.float(), temps, biases), POSITIONS
     return {"by_position": by_position(a, s), "ece": calibrate.ece(a[:, :p], s[:, :p]),
             "auc": calibrate.auc(a[:, :p], s[:, :p])}
 
 
-def fit(z: torch.Tensor, s: torch.Tensor, fit_rows: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    """Temperatures fitted on the rows `fit_rows` (bool [N]), rounded as shipped (bf16), and
-    their score on the other rows."""
-    temps = calibrate.sequential_temperatures(z[fit_rows], s[fit_rows])
-    temps = temps.to(torch.bfloat16).float()
-    return temps, {"after": score(z[~fit_rows], s[~fit_rows], temps),
-                   "blocks_fit": int(fit_rows.sum()), "blocks_report": int((~fit_rows).sum())}
+def fit(z: torch.Tensor, s: torch.Tensor, fit_rows: torch.Tensor
+        ) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """Temperatures and biases fitted on the rows `fit_rows` (bool [N]), rounded as shipped
+    (bf16), and their score on the other rows."""
+    temps, biases = (t.to(torch.bfloat16).float()
+                     for t in calibrate.sequential_fit(z[fit_rows], s[fit_rows]))
+    return temps, biases, {"after": score(z[~fit_rows], s[~fit_rows], temps, biases),
+                           "blocks_fit": int(fit_rows.sum()),
+                           "blocks_report": int((~fit_rows).sum())}
 
 
 def card_section(report: dict, cmd: str) -> str:
@@ -137,7 +140,10 @@ def card_section(report: dict, cmd: str) -> str:
             f"{FIRST_INDEX}..{FIRST_INDEX + SPAN - 1}; greedy, {report['max_new_tokens']} new "
             f"tokens, the full block verified). Fit on half the prompts ({report['blocks_fit']} "
             f"blocks), reported on the other half ({report['blocks_report']} blocks). "
-            f"Temperatures T_k: {[round(t, 3) for t in report['temperatures']]}.\n\n"
+            f"c_k = σ(z_k / T_k + b_k) with temperatures T_k: "
+            f"{[round(t, 3) for t in report['temperatures']]} and biases b_k: "
+            f"{[round(b, 3) for b in report['biases']]}. \"Before\" is the calibration the shipped "
+            f"weights carried when this ran.\n\n"
             "| position j | mean a_j before | mean a_j after | realized survival | gap after | "
             "ECE before | ECE after |\n|---|---|---|---|---|---|---|\n"
             f"{rows}\n\nPositions 1-{POSITIONS} pooled: ECE {before['ece']:.3f} before, "
@@ -145,12 +151,12 @@ def card_section(report: dict, cmd: str) -> str:
 
 
 def weights_digest(target) -> str:
-    """sha256 of the shipped drafter's tensors other than its temperatures (which calibration
-    rewrites and collect() sets to 1): saved runs are valid while it is unchanged."""
+    """sha256 of the shipped drafter's tensors other than its calibration (which `train
+    calibrate` rewrites and collect() resets): saved runs are valid while it is unchanged."""
     tensors, _ = weights.load(ID, target.fingerprint)
     h = hashlib.sha256()
     for k in sorted(tensors):
-        if k != "temperature":
+        if k not in ("temperature", "calibration_bias"):
             h.update(k.encode() + tensors[k].contiguous().numpy().tobytes())
     return h.hexdigest()
 
@@ -197,15 +203,16 @@ def run(target, per_source: int = 8, max_new_tokens: int = 128, ship: bool = Tru
 
 def fit_and_ship(target, z: torch.Tensor, s: torch.Tensor, prompt: torch.Tensor, *, ship: bool,
                  cmd: str, about: dict) -> dict:
-    """Fit on the even prompts, report on the odd ones against the temperatures in use, and
-    (with `ship`) write the temperatures into the shipped weights and the card section."""
+    """Fit on the even prompts, report on the odd ones against the calibration in use, and
+    (with `ship`) write the fitted one into the shipped weights and the card section."""
     tensors, cfg = weights.load(ID, target.fingerprint)
+    in_use = tensors.get("calibration_bias", torch.zeros_like(tensors["temperature"]))
     fit_rows = prompt % 2 == 0
-    temps, report = fit(z, s, fit_rows)
-    report |= about | {"temperatures": temps.tolist(),
-                       "before": score(z[~fit_rows], s[~fit_rows], tensors["temperature"])}
+    temps, biases, report = fit(z, s, fit_rows)
+    report |= about | {"temperatures": temps.tolist(), "biases": biases.tolist(),
+                       "before": score(z[~fit_rows], s[~fit_rows], tensors["temperature"], in_use)}
     if ship:
-        tensors["temperature"] = temps
+        tensors["temperature"], tensors["calibration_bias"] = temps, biases
         cfg.setdefault("calibration", {})["engine"] = {
             k: report[k] for k in ("after", "blocks_fit", "blocks_report")}
         weights.save(ID, tensors, cfg, target.fingerprint)

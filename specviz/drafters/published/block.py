@@ -122,10 +122,12 @@ def load_dspark(folder: Folder, target) -> DSparkModel:
     other_row = w1[other.nonzero()[0, 0]] if other.any() else torch.zeros(r)
     given = {f"backbone.{k}": v for k, v in given.items()} | {
         "w1.weight": torch.cat([w1[vocab], other_row[None]]), "w2.weight": w2[vocab],
-        "temperature": folder.extras.get("specviz.temperature", torch.ones(block))}
-    if given["temperature"].shape != (block,):
-        raise folder.fail(f"specviz.temperature has shape {list(given['temperature'].shape)}, "
-                          f"expected [{block}]")
+        "temperature": folder.extras.get("specviz.temperature", torch.ones(block)),
+        "calibration_bias": folder.extras.get("specviz.calibration_bias", torch.zeros(block))}
+    for key in ("temperature", "calibration_bias"):
+        if given[key].shape != (block,):
+            raise folder.fail(f"specviz.{key} has shape {list(given[key].shape)}, "
+                              f"expected [{block}]")
     return load_mapped(folder, model, dspark_names(model), target, given, target.dtype)
 
 

@@ -152,6 +152,7 @@ def _dspark(target, raw: dict, cfg: dict):
                         taps=tuple(cfg["taps"]))
     _, vocab, mask_id, ext, diffs = _block_parts(target, raw, cfg, "backbone.")
     w1, w2, temperature = raw.pop("w1.weight"), raw.pop("w2.weight"), raw.pop("temperature")
+    bias = raw.pop("calibration_bias")
     pub, ext2 = _split(raw, dspark_names(model))
     pub["markov_head.markov_w1.weight"] = w1[vocab_lookup(vocab, target.vocab)]
     full_w2 = torch.zeros(target.vocab, w2.shape[1])
@@ -159,18 +160,20 @@ def _dspark(target, raw: dict, cfg: dict):
     pub["markov_head.markov_w2.weight"] = full_w2
     pub["embed_tokens.weight"] = target.embed.weight.detach().float()
     pub["lm_head.weight"] = target.lm_head.weight.detach().float().clone()   # tied in some targets
-    ext["specviz.temperature"] = temperature
+    ext["specviz.temperature"], ext["specviz.calibration_bias"] = temperature, bias
     config = target.model.config.to_dict() | _base_config(target, model.backbone.shape, cfg["layers"]) | {
         "architectures": [ARCH["dspark"]], "block_size": cfg["block"], "mask_token_id": mask_id,
         "target_layer_ids": [t - 1 for t in model.backbone.taps], "num_target_layers": target.n_layers,
         "markov_rank": cfg["rank"], "markov_head_type": "vanilla", "enable_confidence_head": True,
         "confidence_head_with_markov": True}
     diffs.append("confidence calibration: specviz divides each block position's confidence logit "
-                 "by a calibration temperature (specviz.temperature) before the sigmoid; an "
+                 "by a calibration temperature (specviz.temperature) and adds a calibration bias "
+                 "(specviz.calibration_bias) before the sigmoid; an "
                  "engine uses σ(proj([h ; markov_w1[prev]])) as it is. Consequence: other "
                  "confidences, so other truncation points (throughput only). Whether vLLM's "
                  "dspark method runs confidence-scheduled verification at all is unconfirmed.")
-    spec = {"tap_norms": True, "mask_embed": True, "qk_norm": False, "temperature": True}
+    spec = {"tap_norms": True, "mask_embed": True, "qk_norm": False, "temperature": True,
+            "calibration_bias": True}
     return config, pub, ext | ext2, diffs, spec
 
 
