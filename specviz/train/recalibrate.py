@@ -11,8 +11,8 @@ as a probability by the confidence-prefix view and by the schedulers, so it has 
 prompts the app serves. Fitting on held-out crops of the training data left a_1 at 0.44 against
 0.31 realized on fresh instructions (the crops are easier than fresh answers). Here each block is
 drafted and verified in full (`scheduler=threshold`, threshold 0), greedy, with every temperature
-at 1 and bias at 0, so c_k = σ(z_k) and the label of position k is "drafts 1..k were all accepted". The
-instructions are stratified over the instruction sources (sources.py) in the mix of the
+at 1 and bias at 0, so c_k = σ(z_k) and the label of position k is "drafts 1..k were all
+accepted". The instructions are stratified over the instruction sources (sources.py) in the mix of the
 evaluation categories (MIX), from a stream range no shard covers; half the prompts fit, the other
 half report, and the shipped calibration is the fit half's (what is reported is what ships).
 The engine runs (z, s, prompt) can be kept in a file (`--runs`) and refitted without rerunning
