@@ -194,13 +194,19 @@ class DSparkDrafter(ContextCache):
                  f"verify {cut} of {pol.block_size}")
 
 
-def build_dspark(target, settings: DSparkSettings) -> DSparkDrafter:
+def load_weights(target) -> tuple[dict[str, torch.Tensor], dict]:
+    """The shipped tensors and config; weights calibrated before per-position biases existed
+    (temperatures only) get a zero bias."""
     tensors, cfg = weights.load(ID, target.fingerprint)
+    tensors.setdefault("calibration_bias", torch.zeros(cfg["block"]))
+    return tensors, cfg
+
+
+def build_dspark(target, settings: DSparkSettings) -> DSparkDrafter:
+    tensors, cfg = load_weights(target)
     model = DSparkModel(LayerShape.of(target, ffn=cfg["ffn"]), tensors["backbone.vocab"],
                         target.vocab, block=cfg["block"], n_layers=cfg["layers"],
                         rank=cfg["rank"], taps=tuple(cfg["taps"]))
-    # weights calibrated before per-position biases existed (temperatures only) have none
-    tensors.setdefault("calibration_bias", torch.zeros(cfg["block"]))
     model.load_state_dict(tensors)
     if settings.block_size > model.block:
         raise DrafterUnavailable(f"dspark was trained with blocks of {model.block}; "

@@ -12,10 +12,10 @@ prompts the app serves. Fitting on held-out crops of the training data left a_1 
 0.31 realized on fresh instructions (the crops are easier than fresh answers). Here each block is
 drafted and verified in full (`scheduler=threshold`, threshold 0), greedy, with every temperature
 at 1 and bias at 0, so c_k = σ(z_k) and the label of position k is "drafts 1..k were all
-accepted". The instructions are stratified over the instruction sources (sources.py) in the mix of the
-evaluation categories (MIX), from a stream range no shard covers; half the prompts fit, the other
-half report, and the shipped calibration is the fit half's (what is reported is what ships).
-The engine runs (z, s, prompt) can be kept in a file (`--runs`) and refitted without rerunning
+accepted". The instructions are stratified over the instruction sources (sources.py) in the
+mix of the evaluation categories (MIX), from a stream range no shard covers; half the prompts
+fit, the other half report, and the shipped calibration is the fit half's (what is reported
+is what ships). The engine runs (z, s, prompt) can be kept in a file (`--runs`) and refitted without rerunning
 the engine while the drafter's weights other than its calibration are unchanged.
 """
 from __future__ import annotations
@@ -32,6 +32,7 @@ from safetensors.torch import load_file, save_file
 from specviz import events as ev
 from specviz import runner
 from specviz.drafters import weights
+from specviz.drafters.dspark import load_weights
 from specviz.engine.decode import GenSettings
 from specviz.train import calibrate, shards, sources
 
@@ -205,12 +206,12 @@ def fit_and_ship(target, z: torch.Tensor, s: torch.Tensor, prompt: torch.Tensor,
                  cmd: str, about: dict) -> dict:
     """Fit on the even prompts, report on the odd ones against the calibration in use, and
     (with `ship`) write the fitted one into the shipped weights and the card section."""
-    tensors, cfg = weights.load(ID, target.fingerprint)
-    in_use = tensors.get("calibration_bias", torch.zeros_like(tensors["temperature"]))
+    tensors, cfg = load_weights(target)
     fit_rows = prompt % 2 == 0
     temps, biases, report = fit(z, s, fit_rows)
     report |= about | {"temperatures": temps.tolist(), "biases": biases.tolist(),
-                       "before": score(z[~fit_rows], s[~fit_rows], tensors["temperature"], in_use)}
+                       "before": score(z[~fit_rows], s[~fit_rows], tensors["temperature"],
+                                       tensors["calibration_bias"])}
     if ship:
         tensors["temperature"], tensors["calibration_bias"] = temps, biases
         cfg.setdefault("calibration", {})["engine"] = {
