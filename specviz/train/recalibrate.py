@@ -15,8 +15,9 @@ at 1 and bias at 0, so c_k = σ(z_k) and the label of position k is "drafts 1..k
 accepted". The instructions are stratified over the instruction sources (sources.py) in the
 mix of the evaluation categories (MIX), from a stream range no shard covers; half the prompts
 fit, the other half report, and the shipped calibration is the fit half's (what is reported
-is what ships). The engine runs (z, s, prompt) can be kept in a file (`--runs`) and refitted without rerunning
-the engine while the drafter's weights other than its calibration are unchanged.
+is what ships). The engine runs (z, s, prompt) can be kept in a file (`--runs`) and refitted
+without rerunning the engine while the drafter's weights other than its calibration are
+unchanged.
 """
 from __future__ import annotations
 
