@@ -236,7 +236,7 @@ def train(trainable: Trainable, data: TrainData, cfg: TrainConfig, target=None) 
         state["tokens"] += int(batch["valid"].sum())
         state["elapsed_s"] = time.perf_counter() - t_start
         stats = {"loss": round(loss.item(), 4), "lr": lr} | {
-            k: round(float(v), 4) for k, v in stats.items()}
+            k: round(float(torch.as_tensor(v).detach()), 4) for k, v in stats.items()}
         bar.update(1)
         bar.set_postfix(loss=stats["loss"])
         with log.open("a") as f:
