@@ -29,7 +29,7 @@ class DraftTrainable:
         logits = self.module(batch["tokens"])
         ce, w = soft_ce(logits, batch, self.t2d.to(logits.device), 0)
         ce = (ce * w).sum() / w.sum().clamp(min=1)
-        return ce, {"ce": ce.detach()}
+        return ce, {"ce": ce}
 
     def evaluate(self, batch):
         logits = self.module(batch["tokens"])      # teacher-forced chain: step j = row i+1+j

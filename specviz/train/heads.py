@@ -36,7 +36,7 @@ class Eagle1Trainable:
         ce, wc = soft_ce(logits, batch, self.t2d.to(f.device), 1)
         reg = (reg * wc).sum() / wc.sum().clamp(min=1)
         ce = (ce * wc).sum() / wc.sum().clamp(min=1)
-        return reg + 0.1 * ce, {"reg": reg.detach(), "ce": ce.detach()}
+        return reg + 0.1 * ce, {"reg": reg, "ce": ce}
 
     def evaluate(self, batch):
         steps = unroll(self.module, batch, self.eval_steps)

@@ -4,7 +4,8 @@ Boundary: optimisation, schedule, budgets, evaluation bookkeeping, checkpoints a
 drafter plugs in with a `Trainable`:
 - `module`: the nn.Module whose parameters with requires_grad are trained (and checkpointed);
 - `taps`: target hidden_states indices it needs from the data file;
-- `loss(batch, generator) -> (loss, stats)`: one training loss on a TrainData batch;
+- `loss(batch, generator) -> (loss, stats)`: one training loss on a TrainData batch; stats maps
+  names to scalars (numbers or tensors: the loop detaches and logs them);
 - `evaluate(batch) -> (hits [n, D] bool)`: for n held-out start positions, whether the drafter's
   j-th draft token (drafting as at inference, tokens teacher-forced) equals the target's argmax;
 - `export() -> (tensors, config)` for drafters.weights.save, and `describe() -> str` for the card;
