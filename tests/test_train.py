@@ -213,6 +213,29 @@ def test_a_deeper_block_drafter_grows_from_shallower_weights(tiny_target):
         init_from(backbone(3), {k: v for k, v in tensors.items() if not k.startswith("layers.0.")})
 
 
+def test_a_deeper_peagle_grows_from_shallower_weights(tiny_target, tiny_data):
+    """`train --drafter peagle --layers 3 --init shipped` on 2-layer weights: the appended layer's
+    output projections are zeroed on loading (P-EAGLE's fresh layers are not the identity), so
+    the grown head drafts what the shipped one did; the trainer builds the depth asked for."""
+    from argparse import Namespace
+
+    from specviz.drafters.peagle import PEagleHead
+    from specviz.train.heads import peagle
+
+    vocab = torch.arange(100, 300)
+    torch.manual_seed(0)
+    two = PEagleHead(tiny_target, vocab, layers=2).eval()
+    tensors = two.state_dict()
+    three = peagle(tiny_target, Namespace(layers=3, shipped_vocab=vocab, data=str(tiny_data))).module
+    assert len(three.layers) == 3
+    init_from(three.eval(), tensors)
+    g, emb = torch.randn(1, 4, tiny_target.hidden), torch.randn(1, 4, tiny_target.hidden)
+    mask = torch.ones(4, 4, dtype=torch.bool).tril()
+    with torch.no_grad():
+        torch.testing.assert_close(three(g, emb, torch.arange(4), mask=mask)[1],
+                                   two(g, emb, torch.arange(4), mask=mask)[1])
+
+
 def test_fine_tuning_the_draft_model_loads_its_lm(tiny_target, tiny_data):
     """The draft LM ships its inner LlamaForCausalLM's keys (`export_root`); they load back."""
     from specviz.drafters.draft import DraftModel

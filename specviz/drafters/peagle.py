@@ -29,10 +29,11 @@ from specviz.engine.sampling import SamplingParams
 from specviz.engine.tree import DraftTree
 
 ID = "peagle"
+LAYERS = 2        # default depth (`train --layers` builds another; the weights' config says which)
 
 
 class PEagleHead(FrozenTargetParts):
-    def __init__(self, target, vocab_ids: torch.Tensor, layers: int = 2, ffn: int = 768):
+    def __init__(self, target, vocab_ids: torch.Tensor, layers: int = LAYERS, ffn: int = 768):
         super().__init__(target, vocab_ids)
         self.taps = eagle3_taps(target.n_layers)
         shape = LayerShape.of(target, ffn=ffn)

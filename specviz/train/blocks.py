@@ -36,13 +36,6 @@ LAYERS = 2           # default drafter depth: with one layer every MASK row's qu
                      # accuracy on CPU-scale data, vs ~50% for the EAGLE heads)
 
 
-def n_layers(args) -> int:
-    layers = getattr(args, "layers", 0) or LAYERS
-    if not 1 <= layers <= 8:
-        raise ValueError("--layers must be in 1..8")
-    return layers
-
-
 def block_hidden(backbone: BlockBackbone, embed, batch: dict, anchors: torch.Tensor,
                  size: int) -> torch.Tensor:
     """anchors [b, na] -> final normed block hidden states [b, na, size, d]."""
@@ -235,7 +228,7 @@ class BlockTrainable:
 
 def dflash(target, args, size: int) -> BlockTrainable:
     vocab = drafter_vocab(args, DRAFT_VOCAB, target.vocab)
-    bb = BlockBackbone(LayerShape.of(target), vocab, target.vocab, n_layers(args))
+    bb = BlockBackbone(LayerShape.of(target), vocab, target.vocab, init.depth(args, LAYERS))
     init.block_backbone(bb, target)
     return BlockTrainable(target, bb, size, off=1, gamma_w=7.0 if size >= 16 else 4.0)
 
@@ -251,7 +244,7 @@ def dflash_b16(target, args) -> BlockTrainable:
 def dspark(target, args, size: int = 16) -> BlockTrainable:
     vocab = drafter_vocab(args, DRAFT_VOCAB, target.vocab)
     model = DSparkModel(LayerShape.of(target), vocab, target.vocab, block=size,
-                        n_layers=n_layers(args), rank=MARKOV_RANK)
+                        n_layers=init.depth(args, LAYERS), rank=MARKOV_RANK)
     init.block_backbone(model.backbone, target)
     held = TrainData(args.data, model.backbone.taps)
     return BlockTrainable(target, model.backbone, size, off=0, gamma_w=7.0, dspark=model,

@@ -31,6 +31,7 @@ TRAINERS = {
     "dspark": "specviz.train.blocks:dspark",
 }
 ALIASES = {"eagle2": "eagle1"}   # same weights
+DEEPENABLE = ("peagle", "dflash-b8", "dflash-b16", "dspark")   # the ones that read --layers
 
 
 def machine_args(p: argparse.ArgumentParser) -> None:
@@ -73,7 +74,8 @@ def parser() -> argparse.ArgumentParser:
                         "beside the shipped drafter's run takes its own)")
     p.add_argument("--note", default="", help="a paragraph for the model card")
     p.add_argument("--layers", type=int, default=0,
-                   help="drafter decoder layers, block drafters only (0 = their default, 2)")
+                   help=f"drafter decoder layers: {', '.join(DEEPENABLE)} (0 = their default, 2); "
+                        "with --init shipped, layers past the shipped ones start as the identity")
     machine_args(p)
     return p
 
@@ -174,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         if did not in TRAINERS:
             parser().error(f"unknown drafter {args.drafter!r}; choose from "
                            f"{', '.join([*TRAINERS, *ALIASES])}")
+        if args.layers and did not in DEEPENABLE:
+            parser().error(f"--layers applies to {', '.join(DEEPENABLE)}, not {args.drafter}")
         module, fn = TRAINERS[did].split(":")
         factory = getattr(importlib.import_module(module), fn)
         shipped = None

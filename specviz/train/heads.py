@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from specviz.drafters.eagle import DRAFT_VOCAB, Eagle1Head
 from specviz.drafters.eagle3 import Eagle3Head
 from specviz.drafters.layers import vocab_lookup
-from specviz.drafters.peagle import PEagleHead
+from specviz.drafters.peagle import LAYERS as PEAGLE_LAYERS, PEagleHead
+from specviz.train import init
 from specviz.train.data import drafter_vocab
 from specviz.train.unroll import UnrolledTrainable, hits, shift, soft_ce, unroll
 
@@ -100,4 +101,5 @@ class PEagleTrainable(UnrolledTrainable):
 
 
 def peagle(target, args) -> PEagleTrainable:
-    return PEagleTrainable(PEagleHead(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)))
+    return PEagleTrainable(PEagleHead(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab),
+                                      init.depth(args, PEAGLE_LAYERS)))

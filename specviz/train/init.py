@@ -1,7 +1,8 @@
 """Where training starts: drafter weights initialised from the target's own weights.
 
 Boundary: in-place initialisation of freshly built drafter modules (drafters/draft.py,
-dflash.py, mtp.py) from a target; nothing here runs at inference (shipped weights replace it).
+dflash.py, mtp.py) from a target, and the depth (`--layers`) a drafter is built with; nothing
+here runs at inference (shipped weights replace it).
 """
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ def copy_target_layer(layer: DecoderLayer, src: nn.Module) -> None:
     """Initialise a drafter layer from a target (HF Llama) decoder layer of the same geometry."""
     for mine, theirs in TARGET_NAMES.items():
         getattr(layer, mine).weight.copy_(src.get_submodule(theirs).weight)
+
+
+def depth(args, default: int) -> int:
+    """The decoder layers a drafter is built with: `--layers`, else its `default`."""
+    layers = getattr(args, "layers", 0) or default
+    if not 1 <= layers <= 8:
+        raise ValueError("--layers must be in 1..8")
+    return layers
 
 
 def layers_from(n_layers: int) -> list[int]:

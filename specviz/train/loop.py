@@ -137,9 +137,9 @@ def grown_layers(module: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> l
 def init_from(module: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
     """Start from shipped weights (fine-tuning): every shipped tensor must fit the module, and
     every trained parameter must come from them, except those of decoder layers appended past
-    the shipped ones (`grown_layers`): these keep their fresh start, which for the block
-    drafters is the identity (init.block_backbone), so the deeper drafter first drafts what the
-    shipped one did. An integer buffer (a draft vocabulary, its lookup) must already equal the
+    the shipped ones (`grown_layers`): these keep their fresh start with their residual-writing
+    projections (o, down) zeroed, so each starts as the identity and the deeper drafter first
+    drafts what the shipped one did. An integer buffer (a draft vocabulary, its lookup) must already equal the
     shipped one: the module was then built for their vocabulary, whose rows its frozen LM head
     slice and its tables are indexed by."""
     own = module.state_dict()
@@ -150,6 +150,10 @@ def init_from(module: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None
                          f"vocabulary: {clash[:4]})")
     missing, unexpected = module.load_state_dict(tensors, strict=False)
     grown = tuple(grown_layers(module, tensors))
+    with torch.no_grad():           # a grown layer starts as the identity: it adds nothing
+        for k, p in module.named_parameters():
+            if k.startswith(grown) and k.endswith((".o.weight", ".down.weight")):
+                p.zero_()
     trained = {k for k, p in module.named_parameters()
                if p.requires_grad and not k.startswith(grown)}
     if unexpected or trained & set(missing):
