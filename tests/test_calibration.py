@@ -133,3 +133,20 @@ def test_saved_engine_runs_are_reused_only_for_the_same_weights_and_settings(tmp
     assert all(torch.equal(a, b) for a, b in zip(got, (z.double(), s, prompt)))
     assert recalibrate.saved_runs(path, key | {"weights": "abd"}) is None   # retrained drafter
     assert recalibrate.saved_runs(path, key | {"max_new_tokens": 64}) is None
+
+
+def test_report_on_a_prompt_file_scores_the_shipped_calibration(target, tmp_path, capsys):
+    """`train calibrate --report-on FILE`: engine runs of the file's prompts, scored per position
+    under the shipped calibration; nothing is written. A bad file is a clear error."""
+    from specviz.drafters import weights
+    from specviz.train import cli, recalibrate
+    before = [f.read_bytes() for f in weights.files("dspark")]
+    got = recalibrate.report_on(target, ["Name three colours."], 10, log=lambda _: None)
+    assert [r["position"] for r in got["by_position"]] == [1, 2, 3, 4] and got["blocks"] >= 1
+    for r in got["by_position"]:
+        assert 0 <= r["mean_a"] <= 1 and 0 <= r["realized"] <= 1
+        assert abs(r["gap"] - (r["mean_a"] - r["realized"])) < 1e-9
+    assert [f.read_bytes() for f in weights.files("dspark")] == before
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["calibrate", "--report-on", str(tmp_path / "none.jsonl")])
+    assert exit_.value.code == 2 and "cannot read prompt file" in capsys.readouterr().err

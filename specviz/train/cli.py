@@ -10,6 +10,7 @@ artifacts/train/<id>/ and the final weights + model card to assets/.
   python -m specviz train --build-data [--max-seqs N] [--stdlib-chunks 60] [--threads 1]
   python -m specviz train --drafter eagle3 --minutes 12 [--steps N] [--resume] [--init shipped]
   python -m specviz train calibrate [--per-source 8] [--max-new-tokens 128] [--threads 1]
+  python -m specviz train calibrate --report-on PROMPTS.jsonl   (score only, per position)
 """
 from __future__ import annotations
 
@@ -123,24 +124,46 @@ def calibrate_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", default="",
                    help="keep the engine runs in this file and reuse them on a later call while "
                         "the drafter's weights (calibration aside) and these settings are the same")
+    p.add_argument("--report-on", default="", metavar="PROMPTS",
+                   help="fit nothing: score the shipped calibration on engine runs of this prompt "
+                        "file's prompts (bench's jsonl format), per position")
     machine_args(p)
     return p
+
+
+def print_positions(scored: dict, positions: int) -> None:
+    for row in scored["by_position"]:
+        print(f"a_{row['position']}: mean {row['mean_a']:.3f}, realized {row['realized']:.3f}, "
+              f"gap {row['gap']:+.3f}, ECE {row['ece']:.3f}")
+    print(f"positions 1-{positions}: ECE {scored['ece']:.3f}, AUC {scored['auc']:.3f}")
 
 
 def main_calibrate(argv: list[str]) -> int:
     args = calibrate_parser().parse_args(argv)
     if not 1 <= args.per_source <= 200:
         calibrate_parser().error("--per-source must be in 1..200")
+    if args.max_new_tokens < 1:
+        calibrate_parser().error("--max-new-tokens must be at least 1")
     from specviz.train import recalibrate
+    if args.report_on:
+        from specviz.bench import read_prompts
+        from specviz.engine.decode import BadRequest
+        try:
+            prompts = [p.prompt for p in read_prompts(args.report_on)]
+        except BadRequest as exc:
+            calibrate_parser().error(str(exc))
+        scored = recalibrate.report_on(embedded_target(args), prompts, args.max_new_tokens)
+        print(f"{args.report_on}: {scored['prompts']} prompts, {scored['blocks']} blocks, the "
+              "full block verified, greedy; the shipped calibration")
+        print_positions(scored, recalibrate.POSITIONS)
+        return 0
     target = embedded_target(args)
     report = recalibrate.run(target, args.per_source, args.max_new_tokens, ship=not args.no_ship,
                              cmd="python -m specviz train calibrate " + " ".join(argv),
                              runs=Path(args.runs) if args.runs else None)
-    for row in report["after"]["by_position"]:
-        print(f"a_{row['position']}: mean {row['mean_a']:.3f}, realized {row['realized']:.3f}, "
-              f"ECE {row['ece']:.3f}")
-    print(f"positions 1-{recalibrate.POSITIONS}: ECE {report['after']['ece']:.3f} (before "
-          f"{report['before']['ece']:.3f})" + ("" if args.no_ship else "; written to assets/"))
+    print_positions(report["after"], recalibrate.POSITIONS)
+    print(f"(before: ECE {report['before']['ece']:.3f})"
+          + ("" if args.no_ship else "; written to assets/"))
     return 0
 
 

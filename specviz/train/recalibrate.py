@@ -4,7 +4,8 @@ and bias, train/calibrate.py), on held-out instructions that no training shard a
 Boundary: runs the engine on the shipped `dspark` drafter, collects per step the uncalibrated
 confidence logits and which drafts were accepted, fits the calibration (calibrate.py), and
 writes them into the shipped weights and a section of the model card. Called by
-`python -m specviz train calibrate`.
+`python -m specviz train calibrate` (`--report-on FILE` scores the shipped calibration on a prompt
+file's engine runs instead).
 
 Why engine runs and not the training file's held-out sequences: the prefix survival a_j is read
 as a probability by the confidence-prefix view and by the schedulers, so it has to be one on the
@@ -128,6 +129,16 @@ def fit(z: torch.Tensor, s: torch.Tensor, fit_rows: torch.Tensor
     return temps, biases, {"after": score(z[~fit_rows], s[~fit_rows], temps, biases),
                            "blocks_fit": int(fit_rows.sum()),
                            "blocks_report": int((~fit_rows).sum())}
+
+
+def report_on(target, prompts: list, max_new_tokens: int, log=print) -> dict:
+    """The shipped calibration scored on engine runs of any prompts (a prompt file of the kind
+    the app is judged on, say); nothing is fitted or written. Per position (by_position) and
+    pooled over positions 1..POSITIONS, as `score`."""
+    tensors, _ = load_weights(target)
+    z, s, _ = collect(target, prompts, max_new_tokens, log)
+    return score(z, s, tensors["temperature"], tensors["calibration_bias"]) | {
+        "blocks": int(z.shape[0]), "prompts": len(prompts)}
 
 
 def card_section(report: dict, cmd: str) -> str:
