@@ -264,3 +264,15 @@ def test_drafters_import_nothing_from_train():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             bad += [f"{f.name}: {n}" for n in names if n.startswith("specviz.train")]
     assert not bad, bad
+
+
+def test_greedy_mix_moves_label_mass_onto_the_greedy_token():
+    """`--greedy-mix λ`: labels (1-λ)·p + λ·onehot(argmax) sum to 1; a row whose greedy token lies
+    outside the draft vocabulary (probability 0 after to_draft) keeps p; λ = 0 is p itself."""
+    from specviz.train.distill import target_probs, with_greedy
+    p = torch.tensor([[0.5, 0.3, 0.1], [0.0, 0.6, 0.2]])
+    got = with_greedy(p, 0.5)
+    torch.testing.assert_close(got[0], torch.tensor([0.5 * 5 / 9 + 0.5, 0.5 * 3 / 9, 0.5 * 1 / 9]))
+    torch.testing.assert_close(got[1], target_probs(p[1:])[0])
+    torch.testing.assert_close(got.sum(-1), torch.ones(2))
+    assert with_greedy(p, 0.0) is p

@@ -77,6 +77,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=0,
                    help=f"drafter decoder layers: {', '.join(DEEPENABLE)} (0 = their default, 2); "
                         "with --init shipped, layers past the shipped ones start as the identity")
+    p.add_argument("--greedy-mix", type=float, default=0.0, metavar="LAMBDA",
+                   help="eagle3: train on (1 - LAMBDA) * the target's distribution + LAMBDA * its "
+                        "greedy token (0 = pure soft labels)")
     machine_args(p)
     return p
 
@@ -201,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
                            f"{', '.join([*TRAINERS, *ALIASES])}")
         if args.layers and did not in DEEPENABLE:
             parser().error(f"--layers applies to {', '.join(DEEPENABLE)}, not {args.drafter}")
+        if args.greedy_mix and did != "eagle3":
+            parser().error(f"--greedy-mix applies to eagle3, not {args.drafter}")
+        if not 0 <= args.greedy_mix < 1:
+            parser().error("--greedy-mix must be in [0, 1)")
         module, fn = TRAINERS[did].split(":")
         factory = getattr(importlib.import_module(module), fn)
         shipped = None

@@ -31,6 +31,18 @@ def target_probs(topk_p: torch.Tensor) -> torch.Tensor:
     return topk_p / topk_p.sum(-1, keepdim=True).clamp(min=1e-6)
 
 
+def with_greedy(topk_p: torch.Tensor, mix: float) -> torch.Tensor:
+    """Labels (1 - mix) * p_target + mix * onehot(the target's greedy token, topk column 0),
+    for greedy acceptance, which only the argmax decides; rows whose greedy token lies outside
+    the draft vocabulary (probability 0 there) keep p_target."""
+    if not mix:
+        return topk_p
+    hit = (topk_p[..., :1] > 0).float()
+    p = target_probs(topk_p) * (1 - mix * hit)
+    p[..., :1] += mix * hit
+    return p
+
+
 def soft_ce(logits: torch.Tensor, topk_ids: torch.Tensor, topk_p: torch.Tensor) -> torch.Tensor:
     """Per row -Σ_v p_target(v) log q(v): logits [..., V], topk [..., K] -> [...]."""
     logq = torch.log_softmax(logits, -1).gather(-1, topk_ids)

@@ -63,8 +63,9 @@ def eagle1(target, args) -> Eagle1Trainable:
 
 
 class Eagle3Trainable(UnrolledTrainable):
-    def __init__(self, head: Eagle3Head, steps: int = 4, decay: float = 0.8):
-        super().__init__(head, steps, decay)
+    def __init__(self, head: Eagle3Head, steps: int = 4, decay: float = 0.8,
+                 greedy_mix: float = 0.0):
+        super().__init__(head, steps, decay, greedy_mix)
 
     def describe(self) -> str:
         return (f"EAGLE-3 head: fc Linear(3d -> d) on target hidden_states {list(self.taps)}; one "
@@ -72,11 +73,14 @@ class Eagle3Trainable(UnrolledTrainable):
                 "with residual g; RMSNorm + the target's LM-head rows of a "
                 f"{len(self.module.vocab_ids)}-token draft vocabulary (frozen, `vocab_ids` = d2t "
                 f"as ids). Training-time test: {self.steps} unrolled steps, loss sum 0.8^j soft "
-                "CE. Strategy `eagle3`: EAGLE-2 dynamic tree (default) or chain (mode=chain).")
+                "CE" + (f" against labels mixed {self.greedy_mix:g} with the target's greedy "
+                        "token" if self.greedy_mix else "") +
+                ". Strategy `eagle3`: EAGLE-2 dynamic tree (default) or chain (mode=chain).")
 
 
 def eagle3(target, args) -> Eagle3Trainable:
-    return Eagle3Trainable(Eagle3Head(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)))
+    return Eagle3Trainable(Eagle3Head(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)),
+                           greedy_mix=getattr(args, "greedy_mix", 0.0))
 
 
 class PEagleTrainable(UnrolledTrainable):

@@ -58,14 +58,15 @@ def response_weight(batch: dict, offset: int) -> torch.Tensor:
     return shift(batch["valid"] * batch["loss_mask"], offset + 1)
 
 
-def soft_ce(logits: torch.Tensor, batch: dict, t2d: torch.Tensor, offset: int
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+def soft_ce(logits: torch.Tensor, batch: dict, t2d: torch.Tensor, offset: int,
+            greedy_mix: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy of draft logits [B, T, Vd] at chain i against the target distribution at
-    position i+offset (top-k soft labels restricted to the draft vocabulary, renormalised).
+    position i+offset (top-k soft labels restricted to the draft vocabulary, renormalised; with
+    `greedy_mix`, mixed with the target's greedy token: distill.with_greedy).
     Returns (per-position loss [B, T], weight [B, T]: response labels inside the crop)."""
     d, p = distill.to_draft(shift(batch["topk_ids"], offset), shift(batch["topk_p"], offset).float(),
                             t2d, logits.shape[-1])
-    loss = distill.soft_ce(logits.float(), d, p)
+    loss = distill.soft_ce(logits.float(), d, distill.with_greedy(p, greedy_mix))
     return loss, response_weight(batch, offset) * (p.sum(-1) > 0)
 
 
@@ -83,10 +84,11 @@ def hits(logits_by_step: list[torch.Tensor], batch: dict, t2d: torch.Tensor) -> 
 class UnrolledTrainable:
     """Training shared by EAGLE-3 and P-EAGLE: unroll `steps` drafter steps (training-time test;
     P-EAGLE's steps are its parallel positions) with loss sum_j decay^j * soft CE against the
-    target's distribution j + 1 tokens ahead. Subclasses may change `unrolled` and `describe`."""
+    target's distribution j + 1 tokens ahead (mixed with its greedy token by `greedy_mix`).
+    Subclasses may change `unrolled` and `describe`."""
 
-    def __init__(self, head, steps: int, decay: float = 0.8):
-        self.module, self.steps, self.decay = head, steps, decay
+    def __init__(self, head, steps: int, decay: float = 0.8, greedy_mix: float = 0.0):
+        self.module, self.steps, self.decay, self.greedy_mix = head, steps, decay, greedy_mix
         self.taps = head.taps
         self.t2d = vocab_lookup(head.vocab_ids, head.vocab)
 
@@ -97,7 +99,7 @@ class UnrolledTrainable:
         t2d = self.t2d.to(batch["tokens"].device)
         total, stats = 0.0, {}
         for j, (_, logits) in enumerate(self.unrolled(batch)):
-            ce, w = soft_ce(logits, batch, t2d, 1 + j)
+            ce, w = soft_ce(logits, batch, t2d, 1 + j, self.greedy_mix)
             ce = (ce * w).sum() / w.sum().clamp(min=1)
             total = total + self.decay ** j * ce
             stats[f"ce{j}"] = ce.detach()
