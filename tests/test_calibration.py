@@ -85,13 +85,12 @@ def test_calibration_instructions_are_stratified_and_unused(tmp_path):
     recalibrate.check_unused(tmp_path)                                   # no shards: fine
     row = {"prompt_ids": [1, 2], "response_ids": [3], "source": "math", "index": 0}
     md = {"stream": "pool", "seed": 0, "first": recalibrate.FIRST_INDEX - 1, "count": 2,
-          "fingerprint": "x", "target": "x", "max_new_tokens": 8,
-          "stream_version": recalibrate.STREAM_VERSION}
+          "fingerprint": "x", "target": "x", "max_new_tokens": 8, "stream_version": "1"}
     shards.write(tmp_path, 1, [row, row], md)
     with pytest.raises(RuntimeError, match="calibration range"):
         recalibrate.check_unused(tmp_path)
-    shards.write(tmp_path / "other", 1, [row, row], md | {"stream_version": "0"})
-    recalibrate.check_unused(tmp_path / "other")     # the same indices of another stream: fine
+    shards.write(tmp_path / "v2", 1, [row, row], md | {"stream_version": "2"})
+    recalibrate.check_unused(tmp_path / "v2")        # the same indices of another stream: fine
 
 
 def test_card_section_is_replaced_not_repeated():

@@ -39,20 +39,21 @@ from specviz.engine.decode import GenSettings
 from specviz.train import calibrate, shards, sources
 
 ID = "dspark"
-FIRST_INDEX = 20_000      # calibration instructions come from stream indices [FIRST, FIRST + SPAN)
+FIRST_INDEX = 30_000      # calibration instructions come from stream indices [FIRST, FIRST + SPAN)
 SPAN = 10_000
-STREAM_VERSION = "2"      # of sources.stream: its kinds of request match the evaluation's
+STREAM_VERSION = "1"      # of sources.stream: not "2", whose templates the drafters train on:
+                          # its answers are easier for them than fresh prompts' (a_1 realized
+                          # 0.443 on 256 version-2 instructions, 0.401 on 252 of version 1, 0.388
+                          # on the dev prompts), and a fit there left the dev prompts' a_1 gap no
+                          # smaller (+0.057 vs +0.054)
 SECTION = "## Calibration on engine runs"
 
 
 # instructions per source, in units of `per_source`: the evaluation categories the app is
-# judged on (chat, code, math, summarization, QA, writing, JSON, rewriting), two units each,
-# mapped onto the version-2 instruction sources: `reading` and `passage` serve summarization
-# and QA, `structured` JSON. Left out: `translate` (no such category); `lists` (its answers are
-# far easier: a_1 0.59 realized vs 0.24-0.35); `howto` and `message`, of which the calibration
-# range holds too few.
-MIX = {"chat": 2, "code": 1, "code_read": 1, "math": 1, "steps": 1, "reading": 2, "passage": 2,
-       "writing": 1, "story": 1, "structured": 2, "rewrite": 2}
+# judged on (chat, code, math, summarization, QA, writing, JSON, rewriting) mapped onto the
+# instruction sources. Passages serve summarization, QA and rewriting; no source writes JSON;
+# `lists` matches no category (and its answers are far easier: a_1 0.59 realized vs 0.24-0.35).
+MIX = {"chat": 1, "code": 1, "math": 1, "writing": 1, "passage": 3}
 
 
 def instructions(per_source: int, seed: int = 0) -> list[dict]:
@@ -152,9 +153,8 @@ def card_section(report: dict, cmd: str) -> str:
         for b, a in zip(before["by_position"], after["by_position"]))
     return (f"{SECTION}\n\n"
             f"`{cmd}` ({report['prompts']} held-out instructions: {report['per_source']} x "
-            f"{MIX} by instruction source, the evaluation categories' mix; version-"
-            f"{STREAM_VERSION} stream indices {FIRST_INDEX}..{FIRST_INDEX + SPAN - 1}; greedy, "
-            f"{report['max_new_tokens']} new "
+            f"{MIX} by instruction source, the evaluation categories' mix; stream indices "
+            f"{FIRST_INDEX}..{FIRST_INDEX + SPAN - 1}; greedy, {report['max_new_tokens']} new "
             f"tokens, the full block verified). Fit on half the prompts ({report['blocks_fit']} "
             f"blocks), reported on the other half ({report['blocks_report']} blocks). "
             f"c_k = σ(z_k / T_k + b_k) with temperatures T_k: "
@@ -206,8 +206,7 @@ def run(target, per_source: int = 8, max_new_tokens: int = 128, ship: bool = Tru
     check_unused()
     items = instructions(per_source)
     about = {"prompts": len(items), "per_source": per_source, "max_new_tokens": max_new_tokens}
-    key = about | {"weights": weights_digest(target),
-                   "instructions": f"v{STREAM_VERSION} [{FIRST_INDEX}, +{SPAN}) {MIX}"}
+    key = about | {"weights": weights_digest(target)}
     kept = saved_runs(Path(runs), key) if runs else None
     if kept is not None:
         log(f"reusing the engine runs in {runs}")
