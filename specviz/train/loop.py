@@ -139,9 +139,9 @@ def init_from(module: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None
     every trained parameter must come from them, except those of decoder layers appended past
     the shipped ones (`grown_layers`): these keep their fresh start with their residual-writing
     projections (o, down) zeroed, so each starts as the identity and the deeper drafter first
-    drafts what the shipped one did. An integer buffer (a draft vocabulary, its lookup) must already equal the
-    shipped one: the module was then built for their vocabulary, whose rows its frozen LM head
-    slice and its tables are indexed by."""
+    drafts what the shipped one did. An integer buffer (a draft vocabulary, its lookup) must
+    already equal the shipped one: the module was then built for their vocabulary, whose rows
+    its frozen LM head slice and its tables are indexed by."""
     own = module.state_dict()
     clash = [k for k, v in tensors.items()
              if k in own and not v.is_floating_point() and not torch.equal(v, own[k])]
