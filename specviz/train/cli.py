@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                                f"response shards in {args.shards}; rebuild with --build-data")
             trainable = factory(target, args)
             data = D.TrainData(args.data, trainable.taps)
-        except D.FeatureError as exc:
+        except (D.FeatureError, ValueError) as exc:     # ValueError: a setting out of range
             parser().error(str(exc))
         if shipped is not None:
             init_from(getattr(trainable, "export_root", trainable.module), shipped)

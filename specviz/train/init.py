@@ -27,6 +27,14 @@ def copy_target_layer(layer: DecoderLayer, src: nn.Module) -> None:
         getattr(layer, mine).weight.copy_(src.get_submodule(theirs).weight)
 
 
+@torch.no_grad()
+def as_identity(layer: DecoderLayer) -> None:
+    """Zero a decoder layer's residual-writing projections (attention o, MLP down): it then adds
+    nothing to its input, while its other weights keep their start."""
+    layer.o.weight.zero_()
+    layer.down.weight.zero_()
+
+
 def depth(args, default: int) -> int:
     """The decoder layers a drafter is built with: `--layers`, else its `default`."""
     layers = getattr(args, "layers", 0) or default
@@ -67,8 +75,7 @@ def block_backbone(bb: BlockBackbone, target) -> BlockBackbone:
             norm.weight.copy_(src.weight)
         bb.ctx_norm.weight.copy_(layers[-1].input_layernorm.weight)
         for layer in bb.layers:
-            layer.o.weight.zero_()
-            layer.down.weight.zero_()
+            as_identity(layer)
         bb.norm.weight.copy_(0.2 * target.final_norm.weight)
         bb.mask_embed.copy_(target.embed.weight.mean(0))
     return bb
@@ -80,8 +87,7 @@ def mtp_module(m: MtpModule, target) -> MtpModule:
     own next-token guess; training shifts them one token ahead."""
     copy_target_layer(m.block, target.model.model.layers[-1])
     with torch.no_grad():
-        m.block.o.weight.zero_()
-        m.block.down.weight.zero_()
+        as_identity(m.block)
         m.norm.weight.copy_(target.final_norm.weight)
         d = m.shape.d
         m.proj.weight.zero_()

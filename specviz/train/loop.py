@@ -34,6 +34,8 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from specviz.drafters import weights
+from specviz.drafters.layers import DecoderLayer
+from specviz.train import init
 from specviz.train.data import DATA_DIR, FEATURE_DIR, TrainData
 
 
@@ -150,10 +152,9 @@ def init_from(module: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None
                          f"vocabulary: {clash[:4]})")
     missing, unexpected = module.load_state_dict(tensors, strict=False)
     grown = tuple(grown_layers(module, tensors))
-    with torch.no_grad():           # a grown layer starts as the identity: it adds nothing
-        for k, p in module.named_parameters():
-            if k.startswith(grown) and k.endswith((".o.weight", ".down.weight")):
-                p.zero_()
+    for name, layer in module.named_modules():
+        if isinstance(layer, DecoderLayer) and f"{name}.".startswith(grown):
+            init.as_identity(layer)
     trained = {k for k, p in module.named_parameters()
                if p.requires_grad and not k.startswith(grown)}
     if unexpected or trained & set(missing):
