@@ -135,8 +135,9 @@ def _hf_runner(target: Target, name: str) -> Runner:
     if name == "hf-prompt-lookup":
         extra["prompt_lookup_num_tokens"] = 10
     elif name == "hf-assisted":
-        from specviz.drafters.draft import load_draft_lm  # the `draft` strategy's LM
-        extra["assistant_model"] = load_draft_lm(target)
+        from specviz.drafters.draft import load_draft_lm  # the `draft` strategy's LM,
+        with strategies.built_in_precision(target, strategies.parse_settings("draft")):
+            extra["assistant_model"] = load_draft_lm(target)     # in its default precision
 
     def generate(ids: list[int], s: GenSettings, pause: Pause | None
                  ) -> tuple[list[int], int, Split]:

@@ -22,6 +22,7 @@ from specviz.drafters.eagle3 import Eagle3Settings, build as build_eagle3
 from specviz.drafters.ngram import NgramDrafter, NgramSettings
 from specviz.drafters.peagle import PEagleSettings, build as build_peagle
 from specviz.engine.cost import forward_cost
+from specviz.models.kernels import PRECISIONS, linear_precision, resolve_precision
 
 
 class UnknownStrategy(ValueError):
@@ -203,13 +204,23 @@ def parse_settings(strategy_id: str, overrides: dict[str, Any] | None = None):
     check = getattr(settings, "check", None)
     if check:
         check()
+    if getattr(settings, "precision", "auto") not in PRECISIONS:
+        raise ValueError(f"{strategy_id} precision must be one of {', '.join(PRECISIONS)}")
     return settings
+
+
+def built_in_precision(target, settings):
+    """The context a drafter with these settings is built in: its linear layers compute in the
+    settings' `precision` as this device resolves it (kernels.linear_precision)."""
+    return linear_precision(resolve_precision(getattr(settings, "precision", "fp32"),
+                                              target.device))
 
 
 def drafter_for(target, strategy_id: str, settings=None) -> Drafter | None:
     """The (cached) drafter of a strategy for this target; None for `ar`.
 
-    Raises DrafterUnavailable with a how-to-fix message when weights are missing or mismatched.
+    Raises DrafterUnavailable with a how-to-fix message when weights are missing or mismatched,
+    and ValueError for precision=bf16 where the CPU or torch build has no bfloat16 linear.
     """
     sp = spec(strategy_id)
     if sp.build is None:
@@ -218,11 +229,12 @@ def drafter_for(target, strategy_id: str, settings=None) -> Drafter | None:
     key = (strategy_id, settings)
     with _lock:
         if key not in target.drafters:
-            if getattr(settings, "path", ""):   # a published folder replaces the shipped weights
-                from specviz.drafters import published
-                target.drafters[key] = published.build(strategy_id, target, settings)
-            else:
-                target.drafters[key] = sp.build(target, settings)
+            with built_in_precision(target, settings):
+                if getattr(settings, "path", ""):   # a published folder replaces shipped weights
+                    from specviz.drafters import published
+                    target.drafters[key] = published.build(strategy_id, target, settings)
+                else:
+                    target.drafters[key] = sp.build(target, settings)
         return target.drafters[key]
 
 

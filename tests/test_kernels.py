@@ -150,3 +150,49 @@ def test_prefix_schedule_is_algorithm_1():
     bump = ForwardCost([1, 2, 3], [0.04, 0.08, 0.05])
     assert prefix_schedule([0.5, 0.5], bump) == 0
     assert prefix_schedule([], steep) == 0
+
+
+def _prepacked(module: nn.Module) -> list[Prepacked]:
+    return [v for m in module.modules() for v in vars(m).values() if isinstance(v, Prepacked)]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_bf16_linear_is_close_and_returns_fp32(bias):
+    torch.manual_seed(0)
+    lin = nn.Linear(64, 96, bias=bias)
+    with kernels.linear_precision("bf16"):
+        packed = PackedLinear.wrap(copy.deepcopy(lin))
+    assert packed.mm.bf16 and not PackedLinear.wrap(copy.deepcopy(lin)).mm.bf16
+    x = torch.randn(5, 64)
+    with torch.inference_mode():
+        got, ref = packed(x), lin(x)
+    assert got.dtype == torch.float32 and packed.mm._packed.dtype == torch.bfloat16
+    assert not torch.equal(got, ref)                    # really computed in bfloat16
+    assert torch.allclose(got, ref, atol=0.05, rtol=0.02)
+
+
+def test_resolve_precision(monkeypatch):
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert kernels.resolve_precision("fp32", cpu) == "fp32"
+    assert kernels.resolve_precision("auto", gpu) == "fp32"      # the packed kernels are CPU-only
+    assert kernels.resolve_precision("auto", cpu) == ("bf16" if kernels.native_bf16() else "fp32")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        kernels.resolve_precision("fp16", cpu)
+    monkeypatch.setattr(kernels, "available", lambda precision="fp32": precision == "fp32")
+    assert kernels.resolve_precision("auto", cpu) == "fp32"
+    with pytest.raises(ValueError, match="use precision=fp32"):
+        kernels.resolve_precision("bf16", cpu)
+
+
+@pytest.mark.parametrize("sid", ["eagle3", "dflash"])
+def test_precision_setting_reaches_the_drafter_never_the_target(target, sid):
+    from specviz import strategies
+    for precision in ("bf16", "fp32"):
+        drafter = strategies.drafter_for(target, sid,
+                                         strategies.parse_settings(sid, {"precision": precision}))
+        module = drafter.head if sid == "eagle3" else drafter.backbone
+        mms = _prepacked(module) + ([drafter.head.mm] if sid == "dflash" else [])
+        assert mms and all(mm.bf16 == (precision == "bf16") for mm in mms), precision
+    assert not any(mm.bf16 for mm in _prepacked(target.model))
+    with pytest.raises(ValueError, match="precision must be one of"):
+        strategies.parse_settings(sid, {"precision": "half"})

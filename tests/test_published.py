@@ -224,7 +224,9 @@ def ref_block(t, target, ids, block: int, layers: int, mask: int):
 
 # --- helpers over our drafters ------------------------------------------------------------------
 def _drafter(target, sid, path, **kw):
-    return strategies.drafter_for(target, sid, strategies.parse_settings(sid, {"path": path} | kw))
+    """Our drafter of a published folder, in fp32: these tests compare layouts to 1e-4."""
+    settings = {"path": path, "precision": "fp32"} | kw
+    return strategies.drafter_for(target, sid, strategies.parse_settings(sid, settings))
 
 
 def _state(target, drafter, ids):
@@ -353,7 +355,8 @@ def test_export_round_trip(target, tmp_path, drafter_id, sid, kw):
     assert report["speculative_config"]["model"] == report["path"]
     index = json.loads((tmp_path / drafter_id / "model.safetensors.index.json").read_text())
     assert set(index["weight_map"].values()) == {"model.safetensors"}   # engines skip the extras
-    shipped = strategies.drafter_for(target, sid, strategies.parse_settings(sid, kw))
+    shipped = strategies.drafter_for(target, sid,
+                                     strategies.parse_settings(sid, kw | {"precision": "fp32"}))
     loaded = _drafter(target, sid, report["path"], **kw)
     for ids in (target.encode("Name three colours."), target.encode("What is 12 times 7?")):
         a = shipped.draft(_state(target, shipped, ids), ids[-1], GREEDY, None)

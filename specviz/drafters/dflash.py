@@ -39,6 +39,7 @@ class DFlashSettings:
     window: int = 0            # attend to only the last W context positions (0 = all)
     auto_budget: bool = True   # greedy: verify only the prefix of the block that pays for its time
     path: str = ""             # a published drafter folder or hub id; its own block size is used
+    precision: str = "auto"     # CPU linear layers: auto (bf16 where native), fp32 or bf16
 
     def check(self) -> None:
         if not self.path and self.block_size not in BLOCK_SIZES:

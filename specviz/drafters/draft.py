@@ -90,6 +90,7 @@ class DraftSettings:
     gamma: int = 6              # longest chain
     min_confidence: float = 0.3  # no cost model: stop after a token the draft gives less than this
     auto_budget: bool = True    # greedy: draft and verify only the tokens that pay for their time
+    precision: str = "auto"     # CPU linear layers: auto (bf16 where native), fp32 or bf16
 
     def check(self) -> None:
         if not 1 <= self.gamma <= 16:

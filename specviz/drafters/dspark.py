@@ -81,6 +81,7 @@ class DSparkSettings:
     markov: bool = True        # ablation switch: backbone logits alone when False
     window: int = 0            # attend to only the last W context positions (0 = all)
     path: str = ""            # a published drafter folder or hub id (drafters/published)
+    precision: str = "auto"     # CPU linear layers: auto (bf16 where native), fp32 or bf16
 
     def check(self) -> None:
         if not 1 <= self.block_size <= 16:

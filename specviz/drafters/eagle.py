@@ -79,6 +79,7 @@ def load_head(target) -> Eagle1Head:
 @dataclass(frozen=True)
 class Eagle1Settings:
     path: str = ""            # a published drafter folder or hub id (drafters/published)
+    precision: str = "auto"     # CPU linear layers: auto (bf16 where native), fp32 or bf16
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class Eagle2Settings:
     total_tokens: int = 24
     auto_budget: bool = True    # greedy: verify only the best nodes that pay for their time
     path: str = ""            # a published drafter folder or hub id (drafters/published)
+    precision: str = "auto"     # CPU linear layers: auto (bf16 where native), fp32 or bf16
 
     def check(self) -> None:
         if not (1 <= self.top_k <= 16 and 1 <= self.depth <= 12 and 2 <= self.total_tokens <= 128):

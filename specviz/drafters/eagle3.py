@@ -73,6 +73,7 @@ class Eagle3Settings:
     gamma: int = 5              # chain length
     auto_budget: bool = True    # greedy tree mode: verify only nodes that pay for their time
     path: str = ""            # a published drafter folder or hub id (drafters/published)
+    precision: str = "auto"     # CPU linear layers: auto (bf16 where native), fp32 or bf16
 
     def check(self) -> None:
         if self.mode not in ("tree", "chain"):

@@ -68,6 +68,7 @@ class MtpSettings:
     # GLM-4.x or MiMo layout: published/native_mtp.py), else the module trained here for the
     # embedded target; "native": the checkpoint's own layers or a reason why not
     path: str = ""
+    precision: str = "auto"     # CPU linear layers: auto (bf16 where native), fp32 or bf16
 
     def check(self) -> None:
         if not 1 <= self.gamma <= 8:

@@ -81,6 +81,7 @@ def load_head(target) -> PEagleHead:
 class PEagleSettings:
     k: int = 4                  # tokens proposed by one forward
     auto_budget: bool = True    # greedy: verify only the prefix that pays for its time
+    precision: str = "auto"     # CPU linear layers: auto (bf16 where native), fp32 or bf16
 
     def check(self) -> None:
         if not 1 <= self.k <= 8:

@@ -78,6 +78,10 @@ SETTING_HELP = {
     "window": "context positions the drafter attends to (0 = all)",
     "path": "a drafter folder or hub id in a published layout (EAGLE-3, EAGLE-1, DFlash, "
             "DSpark) instead of the shipped weights; empty = shipped",
+    "precision": "the drafter's linear layers on CPU: bf16 halves the weights each draft "
+                 "forward reads; auto = bf16 where the CPU multiplies bfloat16 natively (AMX, "
+                 "AVX512-BF16), else fp32. Only what is proposed can change: the target stays "
+                 "fp32 and decides every token",
     "max_draft": "tokens per matched continuation (at most: weak matches draft fewer)",
     "branches": "distinct continuations merged into the tree (greedy decoding verifies only "
                 "the nodes worth their measured verify time)",
