@@ -73,6 +73,7 @@ def test_loss_goes_down_and_checkpoint_resumes(tiny_target, tiny_data, tmp_path)
     losses = [json.loads(x)["loss"] for x in log]
     assert np.mean(losses[-4:]) < np.mean(losses[:4])
     assert out["step"] == 24 and 1.0 <= out["final_eval"]["tau"] <= 4.0
+    assert all(p.dtype == torch.float32 for p in tr.module.parameters())   # autocast or not
 
     # reload: the saved parameters come back into a fresh module
     tr2, _ = make(tiny_target, tiny_data)
@@ -94,6 +95,17 @@ def test_loss_goes_down_and_checkpoint_resumes(tiny_target, tiny_data, tmp_path)
     out = train(tr2, data, cfg)
     assert out["step"] == 30
     assert len((tmp_path / "eagle3" / "log.jsonl").read_text().splitlines()) == 30
+
+
+def test_training_precision():
+    from specviz.models import kernels
+    from specviz.train.loop import bf16_autocast
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert bf16_autocast("auto", cpu) == kernels.native_bf16()   # AMX / AVX512-BF16 CPUs
+    assert bf16_autocast("auto", gpu) and bf16_autocast("bf16", gpu)
+    assert not bf16_autocast("fp32", cpu) and not bf16_autocast("fp32", gpu)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        bf16_autocast("fp8", cpu)
 
 
 def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
