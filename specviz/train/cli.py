@@ -83,7 +83,7 @@ def parser() -> argparse.ArgumentParser:
                         "greedy token (0 = pure soft labels)")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="bf16 autocast for the drafter's forward and loss: auto = on CUDA and on "
-                        "a CPU with native bfloat16 (AMX, AVX512-BF16), about 2x the steps per "
+                        "a CPU with native bfloat16 (AMX, AVX512-BF16), 1.5-2x the steps per "
                         "second there; weights and AdamW stay fp32")
     machine_args(p)
     return p
