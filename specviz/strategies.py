@@ -22,7 +22,7 @@ from specviz.drafters.eagle3 import Eagle3Settings, build as build_eagle3
 from specviz.drafters.ngram import NgramDrafter, NgramSettings
 from specviz.drafters.peagle import PEagleSettings, build as build_peagle
 from specviz.engine.cost import forward_cost
-from specviz.models.kernels import PRECISIONS, linear_precision, resolve_precision
+from specviz.models.kernels import check_precision, linear_precision, resolve_precision
 
 
 class UnknownStrategy(ValueError):
@@ -204,8 +204,7 @@ def parse_settings(strategy_id: str, overrides: dict[str, Any] | None = None):
     check = getattr(settings, "check", None)
     if check:
         check()
-    if getattr(settings, "precision", "auto") not in PRECISIONS:
-        raise ValueError(f"{strategy_id} precision must be one of {', '.join(PRECISIONS)}")
+    check_precision(getattr(settings, "precision", "auto"))
     return settings
 
 

@@ -104,8 +104,9 @@ def test_training_precision():
     assert bf16_autocast("auto", cpu) == kernels.native_bf16()   # AMX / AVX512-BF16 CPUs
     assert bf16_autocast("auto", gpu) and bf16_autocast("bf16", gpu)
     assert not bf16_autocast("fp32", cpu) and not bf16_autocast("fp32", gpu)
-    with pytest.raises(ValueError, match="precision must be one of"):
-        bf16_autocast("fp8", cpu)
+    for dev in (cpu, gpu):
+        with pytest.raises(ValueError, match="precision must be one of"):
+            bf16_autocast("fp8", dev)
 
 
 def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):

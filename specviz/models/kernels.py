@@ -63,12 +63,17 @@ def native_bf16() -> bool:
     return any(getattr(torch.cpu, p, lambda: False)() for p in probes)
 
 
+def check_precision(precision: str) -> None:
+    """Raise ValueError unless `precision` is one of PRECISIONS."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+
+
 def resolve_precision(precision: str, device: torch.device) -> str:
     """A drafter's `precision` setting -> "fp32" or "bf16" for its linear layers on `device`:
     "auto" is bf16 on a CPU with native bfloat16 (`native_bf16`), else fp32. Off the CPU the
     packed kernels are not used, so the drafter runs in its own dtype whatever this says."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    check_precision(precision)
     if device.type != "cpu":
         return "fp32" if precision == "auto" else precision
     if precision == "bf16" and not available("bf16"):

@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from specviz.drafters import weights
 from specviz.drafters.layers import DecoderLayer
-from specviz.models.kernels import resolve_precision
+from specviz.models.kernels import check_precision, resolve_precision
 from specviz.train import init
 from specviz.train.data import DATA_DIR, FEATURE_DIR, TrainData
 
@@ -121,6 +121,7 @@ def bf16_autocast(precision: str, dev: torch.device) -> bool:
     kernels.resolve_precision says (auto: where bfloat16 is native); on a GPU unless fp32."""
     if dev.type == "cpu":
         return resolve_precision(precision, dev) == "bf16"
+    check_precision(precision)
     return precision != "fp32"
 
 
