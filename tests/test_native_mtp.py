@@ -176,7 +176,10 @@ def ref_chain(kind, target, t, block, ids, steps: int):
 
 
 def _drafter(target, **kw):
-    return strategies.drafter_for(target, "mtp", strategies.parse_settings("mtp", kw))
+    """The mtp drafter in fp32: these tests compare with reference code (random tiny weights,
+    whose near-tied logits a bf16 head can reorder)."""
+    settings = {"precision": "fp32"} | kw
+    return strategies.drafter_for(target, "mtp", strategies.parse_settings("mtp", settings))
 
 
 def _state(target, drafter, ids):
