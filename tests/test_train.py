@@ -193,6 +193,61 @@ def test_fine_tuning_keeps_the_vocabulary_wherever_it_is_stored(tiny_target):
     init_from(dspark(vocab), tensors)
 
 
+def test_a_new_draft_vocabulary_keeps_each_tokens_rows(tiny_target):
+    """`--draft-vocab N --init shipped`: a DSpark drafter built for a new vocabulary takes the
+    shipped weights; W1 and W2 rows follow their tokens, a token new to the vocabulary starts
+    from the "other" W1 row it used while outside and a zero W2 row, and every other weight is
+    loaded unchanged."""
+    from specviz.drafters.dspark import DSparkModel
+    from specviz.drafters.layers import LayerShape
+    from specviz.train.init import revocab
+
+    def dspark(vocab):
+        return DSparkModel(LayerShape.of(tiny_target), vocab, tiny_target.vocab, block=4,
+                           n_layers=1, taps=(1, 2, 3))
+
+    old, new = torch.arange(100, 200), torch.arange(150, 400)     # 50 kept, 200 new tokens
+    shipped = dspark(old)
+    with torch.no_grad():
+        for p in shipped.parameters():
+            p.add_(torch.randn_like(p))
+    tensors = shipped.state_dict()
+    grown = dspark(new)
+    init_from(grown, revocab(grown, dict(tensors), D.shipped_vocab(dict(tensors))))
+    assert torch.equal(grown.backbone.vocab, new)
+    for tok in (150, 199):                                       # kept: the same rows
+        i, j = tok - 100, tok - 150
+        assert torch.equal(grown.w1.weight[j], shipped.w1.weight[i])
+        assert torch.equal(grown.w2.weight[j], shipped.w2.weight[i])
+    assert torch.equal(grown.w1.weight[60], shipped.w1.weight[-1])   # token 210: "other" row
+    assert torch.equal(grown.w1.weight[-1], shipped.w1.weight[-1])
+    assert not grown.w2.weight[60].any()
+    assert torch.equal(grown.conf.weight, shipped.conf.weight)
+    prev = torch.tensor([160, 210, 5])                           # kept, new, outside both
+    e_old, _ = shipped.markov(prev)
+    e_new, _ = grown.markov(prev)
+    torch.testing.assert_close(e_new, e_old)                     # W1 rows: what it read before
+
+
+def test_draft_vocab_option_selects_the_vocabulary_anew(tiny_target, tiny_data):
+    """`--draft-vocab N`: the N tokens with the most mass in the data, even when fine-tuning
+    (which otherwise keeps the shipped vocabulary)."""
+    args = type("Args", (), {"shipped_vocab": None, "draft_vocab": 300, "data": tiny_data})()
+    got = D.drafter_vocab(args, 1024, tiny_target.vocab)
+    assert torch.equal(got, D.draft_vocab(tiny_data, 300, tiny_target.vocab)) and len(got) == 300
+    args.draft_vocab = 0
+    assert len(D.drafter_vocab(args, 1024, tiny_target.vocab)) == 1024
+
+
+def test_drafter_flags_reach_the_reproduce_line():
+    """The options that shape a drafter are typed back in its card's Reproduce command."""
+    from specviz.train.cli import drafter_flags, parser
+    args = parser().parse_args(["--drafter", "eagle3", "--draft-vocab", "8192", "--ttt-steps",
+                                "7", "--precision", "fp32"])
+    assert drafter_flags(args) == " --draft-vocab 8192 --ttt-steps 7 --precision fp32"
+    assert drafter_flags(parser().parse_args(["--drafter", "dspark"])) == ""
+
+
 def test_a_deeper_block_drafter_grows_from_shallower_weights(tiny_target):
     """`--layers 3 --init shipped` on 2-layer weights: the third layer starts as the identity,
     so the grown drafter computes what the shipped one did; only appended layers may be new."""

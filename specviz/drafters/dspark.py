@@ -41,6 +41,10 @@ class DSparkModel(nn.Module):
     Markov head lives on the backbone's draft vocabulary: W1 has a row per draft token plus one
     "other" row, W2 maps to draft-vocabulary logits."""
 
+    # weights whose rows follow the draft vocabulary, and what a token new to it starts from
+    # (train/init.py revocab): W1's "other" row (the one it used while outside), W2 zero rows
+    VOCAB_ROWS = {"w1.weight": "other", "w2.weight": "zero"}
+
     def __init__(self, shape: LayerShape, vocab: torch.Tensor, n_target_vocab: int,
                  block: int = 16, n_layers: int = 1, rank: int = 128, taps: tuple[int, ...] = TAPS):
         super().__init__()

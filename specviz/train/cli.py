@@ -81,12 +81,29 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--greedy-mix", type=float, default=0.0, metavar="LAMBDA",
                    help="eagle3: train on (1 - LAMBDA) * the target's distribution + LAMBDA * its "
                         "greedy token (0 = pure soft labels)")
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
+                   help="select the draft vocabulary anew: the N tokens with the most target "
+                        "probability mass in --data (0 = the shipped one with --init shipped, "
+                        "else the drafter's default size); with --init shipped the shipped "
+                        "weights are fitted to it")
+    p.add_argument("--ttt-steps", type=int, default=0, metavar="N",
+                   help="eagle3: unrolled steps of the training-time test (0 = its default, 4; "
+                        "the engine drafts up to depth 7)")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="bf16 autocast for the drafter's forward and loss: auto = on CUDA and on "
                         "a CPU with native bfloat16 (AMX, AVX512-BF16), 1.5-2x the steps per "
                         "second there; weights and AdamW stay fp32")
     machine_args(p)
     return p
+
+
+def drafter_flags(args) -> str:
+    """The options of a training run that shape the drafter or its loss, as typed (for the
+    model card's Reproduce line); those left at their default are omitted."""
+    given = [("--layers", args.layers), ("--draft-vocab", args.draft_vocab),
+             ("--ttt-steps", args.ttt_steps), ("--greedy-mix", args.greedy_mix)]
+    flags = "".join(f" {name} {value:g}" for name, value in given if value)
+    return flags + (f" --precision {args.precision}" if args.precision != "auto" else "")
 
 
 def data_parser() -> argparse.ArgumentParser:
@@ -202,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.drafter:
         from specviz.drafters import weights
         from specviz.drafters.base import DrafterUnavailable
+        from specviz.train.init import revocab
         from specviz.train.loop import TrainConfig, init_from, train
         did = ALIASES.get(args.drafter, args.drafter)
         if did not in TRAINERS:
@@ -213,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
             parser().error(f"--greedy-mix applies to eagle3, not {args.drafter}")
         if not 0 <= args.greedy_mix < 1:
             parser().error("--greedy-mix must be in [0, 1)")
+        if args.draft_vocab and not 256 <= args.draft_vocab <= target.vocab:
+            parser().error(f"--draft-vocab must be in 256..{target.vocab} (the target's vocabulary)")
+        if args.ttt_steps and did != "eagle3":
+            parser().error(f"--ttt-steps applies to eagle3, not {args.drafter}")
+        if not 0 <= args.ttt_steps <= 12:
+            parser().error("--ttt-steps must be in 0..12 (0 = the default)")
         module, fn = TRAINERS[did].split(":")
         factory = getattr(importlib.import_module(module), fn)
         shipped = None
@@ -221,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                 shipped, _ = weights.load(did, target.fingerprint)
             except DrafterUnavailable as exc:
                 parser().error(str(exc))
-            args.shipped_vocab = D.shipped_vocab(shipped)
+            old_vocab = D.shipped_vocab(shipped)
+            args.shipped_vocab = None if args.draft_vocab else old_vocab
         try:
             data = D.TrainData(args.data)
             stale = D.stale_files(Path(args.data), Path(args.shards))
@@ -236,12 +261,16 @@ def main(argv: list[str] | None = None) -> int:
         except (D.FeatureError, ValueError) as exc:     # ValueError: a setting out of range
             parser().error(str(exc))
         if shipped is not None:
-            init_from(getattr(trainable, "export_root", trainable.module), shipped)
+            root = getattr(trainable, "export_root", trainable.module)
+            if args.draft_vocab:
+                shipped = revocab(root, shipped, old_vocab)
+            init_from(root, shipped)
         cfg = TrainConfig(drafter_id=did, minutes=args.minutes, steps=args.steps,
                           batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                           warmup=args.warmup, eval_every=args.eval_every, seed=args.seed,
                           resume=args.resume, ship=not args.no_ship, note=args.note,
-                          init=args.init, out_dir=args.out_dir, precision=args.precision)
+                          init=args.init, out_dir=args.out_dir, precision=args.precision,
+                          flags=drafter_flags(args))
         result = train(trainable, data, cfg, target)
         print(result)
     return 0

@@ -411,9 +411,12 @@ def shipped_vocab(tensors: dict[str, torch.Tensor]) -> torch.Tensor | None:
 
 def drafter_vocab(args, n: int, vocab: int) -> torch.Tensor:
     """The reduced vocabulary of a drafter about to be trained: the shipped weights' own when
-    fine-tuning them (`--init shipped` sets args.shipped_vocab), else the feature folder's."""
+    fine-tuning them (`--init shipped` sets args.shipped_vocab), else the feature folder's, of
+    `--draft-vocab` tokens when given (else n, the drafter's default size)."""
     shipped = getattr(args, "shipped_vocab", None)
-    return shipped.long() if shipped is not None else draft_vocab(args.data, n, vocab)
+    if shipped is not None:
+        return shipped.long()
+    return draft_vocab(args.data, getattr(args, "draft_vocab", 0) or n, vocab)
 
 
 def collate(crops: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -80,6 +80,7 @@ class Eagle3Trainable(UnrolledTrainable):
 
 def eagle3(target, args) -> Eagle3Trainable:
     return Eagle3Trainable(Eagle3Head(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)),
+                           steps=getattr(args, "ttt_steps", 0) or 4,
                            greedy_mix=getattr(args, "greedy_mix", 0.0))
 
 

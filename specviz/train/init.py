@@ -13,6 +13,7 @@ from specviz.drafters.dflash import BlockBackbone
 from specviz.drafters.draft import DraftModel
 from specviz.drafters.layers import DecoderLayer
 from specviz.drafters.mtp import MtpModule
+from specviz.train.data import shipped_vocab
 
 TARGET_NAMES = {"input_norm": "input_layernorm", "post_norm": "post_attention_layernorm",
                 "q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
@@ -33,6 +34,35 @@ def as_identity(layer: DecoderLayer) -> None:
     nothing to its input, while its other weights keep their start."""
     layer.o.weight.zero_()
     layer.down.weight.zero_()
+
+
+@torch.no_grad()
+def revocab(module: nn.Module, tensors: dict[str, torch.Tensor], old: torch.Tensor
+            ) -> dict[str, torch.Tensor]:
+    """Shipped tensors fitted to `module`, built for another draft vocabulary than theirs (`old`,
+    target ids; `--draft-vocab` with `--init shipped`): the vocabulary lists are the module's,
+    and the weights whose rows follow the vocabulary (a module's VOCAB_ROWS) keep each row of a
+    token in both; a new token's row starts as VOCAB_ROWS says ("other": the last, shared row,
+    "zero"). Every other weight is vocabulary-free (frozen LM-head rows do the rest)."""
+    rows = getattr(module, "VOCAB_ROWS", {})
+    new = shipped_vocab(dict(module.state_dict())) if rows else None
+    out = {}
+    for k, v in tensors.items():
+        if k.rsplit(".", 1)[-1] in ("vocab", "vocab_ids"):
+            continue                                   # the module's own list stays
+        out[k] = _rows(v, old.long(), new.long(), rows[k]) if k in rows else v
+    return out
+
+
+def _rows(w: torch.Tensor, old: torch.Tensor, new: torch.Tensor, start: str) -> torch.Tensor:
+    """w's rows (one per token of `old`, maybe plus trailing shared rows) re-indexed by `new`."""
+    where = torch.full((int(max(old.max(), new.max())) + 1,), -1, dtype=torch.long)
+    where[old] = torch.arange(len(old))
+    src = where[new]
+    extra = w[len(old):]                               # rows past the vocabulary ("other")
+    fill = extra[-1] if start == "other" else torch.zeros_like(w[0])
+    body = torch.where((src >= 0)[:, None], w[src.clamp(min=0)], fill)
+    return torch.cat([body, extra])
 
 
 def depth(args, default: int) -> int:

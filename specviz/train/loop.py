@@ -74,6 +74,7 @@ class TrainConfig:
     out_dir: str = str(DATA_DIR)
     note: str = ""                # free text for the model card (e.g. the scale reached)
     precision: str = "auto"       # bf16 autocast: auto (CUDA, native-bf16 CPU), fp32 or bf16
+    flags: str = ""               # the drafter's own CLI options, for the card's Reproduce line
 
     @property
     def ckpt_dir(self) -> Path:
@@ -360,6 +361,6 @@ Reproduce: with the response shards in data/responses/ (`python -m specviz train
 extends them{f", --self-instruct {selfi}" if selfi else ""}), {build}, then
 `python -m specviz train --drafter {cfg.drafter_id} --minutes {cfg.minutes} --steps {cfg.steps} \\
 --batch-size {cfg.batch_size} --seq-len {cfg.seq_len} --lr {cfg.lr} --warmup {cfg.warmup}\
-{" --init shipped" if cfg.init == "shipped" else ""}{use}`.
+{" --init shipped" if cfg.init == "shipped" else ""}{use}{cfg.flags}`.
 {earlier_sections(before)}"""
     weights.write_card(cfg.drafter_id, card)
