@@ -3,6 +3,7 @@ and a checkpoint saves, reloads and resumes; weights ship with a card and load b
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -122,6 +123,9 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
     assert (tmp_path / "eagle3.md").read_text().count("held-out") >= 2
     assert "|\n\nA round note.\n\nReproduce:" in (tmp_path / "eagle3.md").read_text()
     assert "of the starting weights" not in (tmp_path / "eagle3.md").read_text()
+    cover = re.search(r"\| draft vocabulary \| (\d+) tokens, covering ([\d.]+)% of the held-out",
+                      (tmp_path / "eagle3.md").read_text())
+    assert cover and 0 < float(cover[2]) <= 100
     card = tmp_path / "eagle3.md"
     card.write_text(card.read_text() + "\n## Measured with the engine (round 1)\n\nτ 1.5\n")
     # a fine-tuning round's card adds its data to what the previous weights were trained on,
@@ -237,6 +241,9 @@ def test_draft_vocab_option_selects_the_vocabulary_anew(tiny_target, tiny_data):
     assert torch.equal(got, D.draft_vocab(tiny_data, 300, tiny_target.vocab)) and len(got) == 300
     args.draft_vocab = 0
     assert len(D.drafter_vocab(args, 1024, tiny_target.vocab)) == 1024
+    data = D.TrainData(tiny_data)
+    assert data.coverage(torch.arange(tiny_target.vocab)) == 1.0
+    assert data.coverage(got) > data.coverage(got[:30]) > data.coverage(torch.tensor([0]))
 
 
 def test_drafter_flags_reach_the_reproduce_line():

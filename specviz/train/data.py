@@ -382,6 +382,17 @@ class TrainData:
             crops.append(self.crop(s, int(rng.integers(lo, hi + 1)), seq_len))
         return collate(crops)
 
+    def coverage(self, vocab_ids: torch.Tensor) -> float:
+        """The share of the held-out sequences' response tokens that lie in a draft vocabulary
+        (target ids): a drafter can never propose the others."""
+        inside = hits = 0
+        for s in self.heldout_ids:
+            crop = self.crop(s, 0, self.lengths[s])
+            resp = crop["tokens"][crop["loss_mask"] > 0]
+            inside += int(torch.isin(resp, vocab_ids.long()).sum())
+            hits += len(resp)
+        return inside / max(hits, 1)
+
     def vocab_by_mass(self, n: int, vocab: int) -> torch.Tensor:
         """The n token ids (of a vocab-size target) with the most target probability mass plus
         occurrences over the data, sorted by id: a reduced draft vocabulary (EAGLE-3's d2t in

@@ -40,7 +40,7 @@ from specviz.drafters import weights
 from specviz.drafters.layers import DecoderLayer
 from specviz.models.kernels import check_precision, resolve_precision
 from specviz.train import init
-from specviz.train.data import DATA_DIR, FEATURE_DIR, TrainData
+from specviz.train.data import DATA_DIR, FEATURE_DIR, TrainData, shipped_vocab
 
 
 class Trainable(Protocol):
@@ -314,6 +314,10 @@ def start_row(state: dict) -> str:
 def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, target) -> None:
     """Write the drafter's weights to assets/ and its model card."""
     tensors, config = trainable.export()
+    vocab = shipped_vocab(dict(tensors))
+    vocab_row = "" if vocab is None else (
+        f"| draft vocabulary | {len(vocab)} tokens, covering {100 * data.coverage(vocab):.1f}% of "
+        "the held-out response tokens (the drafter can propose no other token) |\n")
     paths = weights.save(cfg.drafter_id, tensors, config, target.fingerprint)
     n_params = sum(v.numel() for k, v in tensors.items() if v.is_floating_point())
     dev = device_of()
@@ -356,7 +360,7 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 | held-out acceptance by position (simulated, greedy) | {ev['acc_per_position']} |
 | held-out accuracy by position (each alone) | {ev['acc_unconditional']} |
 | held-out simulated chain τ | {ev['tau']} (n = {ev['n']} start positions) |
-{start_row(state)}{note}
+{vocab_row}{start_row(state)}{note}
 Reproduce: with the response shards in data/responses/ (`python -m specviz train data` writes and
 extends them{f", --self-instruct {selfi}" if selfi else ""}), {build}, then
 `python -m specviz train --drafter {cfg.drafter_id} --minutes {cfg.minutes} --steps {cfg.steps} \\
