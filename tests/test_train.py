@@ -161,7 +161,7 @@ def test_fine_tuning_starts_from_shipped_weights(tiny_target, tiny_data):
     tensors, _ = tr.export()
     vocab = tensors.pop("vocab_ids")
     args = type("Args", (), {"shipped_vocab": vocab, "data": "unused"})()
-    assert torch.equal(D.drafter_vocab(args, 1024, tiny_target.vocab), vocab.long())
+    assert torch.equal(D.drafter_vocab(args, tiny_target.vocab, 1024), vocab.long())
     fresh, _ = make(tiny_target, tiny_data)
     init_from(fresh.module, tensors)
     for (k, a), b in zip(tr.module.state_dict().items(), fresh.module.state_dict().values()):
@@ -237,10 +237,10 @@ def test_draft_vocab_option_selects_the_vocabulary_anew(tiny_target, tiny_data):
     """`--draft-vocab N`: the N tokens with the most mass in the data, even when fine-tuning
     (which otherwise keeps the shipped vocabulary)."""
     args = type("Args", (), {"shipped_vocab": None, "draft_vocab": 300, "data": tiny_data})()
-    got = D.drafter_vocab(args, 1024, tiny_target.vocab)
+    got = D.drafter_vocab(args, tiny_target.vocab, 1024)
     assert torch.equal(got, D.draft_vocab(tiny_data, 300, tiny_target.vocab)) and len(got) == 300
     args.draft_vocab = 0
-    assert len(D.drafter_vocab(args, 1024, tiny_target.vocab)) == 1024
+    assert len(D.drafter_vocab(args, tiny_target.vocab, 1024)) == 1024
     data = D.TrainData(tiny_data)
     assert data.coverage(torch.arange(tiny_target.vocab)) == 1.0
     top30 = D.draft_vocab(tiny_data, 30, tiny_target.vocab)

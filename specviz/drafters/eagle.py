@@ -23,7 +23,6 @@ from specviz.engine.tree import DraftTree
 from specviz.models.kernels import Prepacked
 
 ID = "eagle1"
-DRAFT_VOCAB = 4096
 STATIC_TREE = [(0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (0, 0, 0),
                (0, 0, 1), (0, 1, 0), (1, 0, 0), (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0),
                (0, 0, 0, 0, 0), (0, 0, 0, 0, 1), (0, 0, 0, 0, 0, 0)]

@@ -28,7 +28,6 @@ from specviz.train.data import TrainData, drafter_vocab
 from specviz.train.distill import head_logits, l1_to_target, soft_ce, to_draft, weighted_mean
 
 ANCHORS = 8          # blocks per training crop
-DRAFT_VOCAB = 8192   # draft vocabulary (LM head rows; also the Markov head's W1 rows + 1, W2 columns)
 MARKOV_RANK = 128
 LAYERS = 2           # default drafter depth: with one layer every MASK row's query is the same
                      # vector (content-free), so a row cannot ask about the anchor; the second
@@ -227,7 +226,7 @@ class BlockTrainable:
 
 
 def dflash(target, args, size: int) -> BlockTrainable:
-    vocab = drafter_vocab(args, DRAFT_VOCAB, target.vocab)
+    vocab = drafter_vocab(args, target.vocab)
     bb = BlockBackbone(LayerShape.of(target), vocab, target.vocab, init.depth(args, LAYERS))
     init.block_backbone(bb, target)
     return BlockTrainable(target, bb, size, off=1, gamma_w=7.0 if size >= 16 else 4.0)
@@ -242,7 +241,7 @@ def dflash_b16(target, args) -> BlockTrainable:
 
 
 def dspark(target, args, size: int = 16) -> BlockTrainable:
-    vocab = drafter_vocab(args, DRAFT_VOCAB, target.vocab)
+    vocab = drafter_vocab(args, target.vocab)
     model = DSparkModel(LayerShape.of(target), vocab, target.vocab, block=size,
                         n_layers=init.depth(args, LAYERS), rank=MARKOV_RANK)
     init.block_backbone(model.backbone, target)

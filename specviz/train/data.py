@@ -406,6 +406,12 @@ class TrainData:
         return mass.topk(n).indices.sort().values
 
 
+# the default draft vocabulary size (every drafter: its LM-head rows, DSpark's Markov tables).
+# Over the version-2 data, the 4096 tokens of most mass cover 95.4% of fresh response tokens and
+# the 8192 98.4% (16384: 99.7%); the CPU cost of 8192 bf16 LM-head rows per draft step is small.
+DRAFT_VOCAB = 8192
+
+
 def draft_vocab(path: str | Path, n: int, vocab: int) -> torch.Tensor:
     """A drafter's reduced vocabulary from the feature folder at `path` (`vocab_by_mass`)."""
     return TrainData(path).vocab_by_mass(n, vocab)
@@ -420,10 +426,10 @@ def shipped_vocab(tensors: dict[str, torch.Tensor]) -> torch.Tensor | None:
     return next((v for k, v in tensors.items() if k.rsplit(".", 1)[-1] == "vocab"), None)
 
 
-def drafter_vocab(args, n: int, vocab: int) -> torch.Tensor:
+def drafter_vocab(args, vocab: int, n: int = DRAFT_VOCAB) -> torch.Tensor:
     """The reduced vocabulary of a drafter about to be trained: the shipped weights' own when
     fine-tuning them (`--init shipped` sets args.shipped_vocab), else the feature folder's, of
-    `--draft-vocab` tokens when given (else n, the drafter's default size)."""
+    `--draft-vocab` tokens when given (else n)."""
     shipped = getattr(args, "shipped_vocab", None)
     if shipped is not None:
         return shipped.long()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 
 from specviz.drafters.draft import DraftModel
-from specviz.drafters.eagle import DRAFT_VOCAB
 from specviz.drafters.layers import vocab_lookup
 from specviz.train import init
 from specviz.train.data import drafter_vocab
@@ -54,5 +53,5 @@ class DraftTrainable:
 
 
 def draft(target, args) -> DraftTrainable:
-    model = DraftModel(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab))
+    model = DraftModel(target, drafter_vocab(args, target.vocab))
     return DraftTrainable(init.draft_model(model, target))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from specviz.drafters.eagle import DRAFT_VOCAB, Eagle1Head
+from specviz.drafters.eagle import Eagle1Head
 from specviz.drafters.eagle3 import Eagle3Head
 from specviz.drafters.layers import vocab_lookup
 from specviz.drafters.peagle import LAYERS as PEAGLE_LAYERS, PEagleHead
@@ -59,7 +59,7 @@ class Eagle1Trainable:
 
 
 def eagle1(target, args) -> Eagle1Trainable:
-    return Eagle1Trainable(Eagle1Head(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)))
+    return Eagle1Trainable(Eagle1Head(target, drafter_vocab(args, target.vocab)))
 
 
 class Eagle3Trainable(UnrolledTrainable):
@@ -79,7 +79,7 @@ class Eagle3Trainable(UnrolledTrainable):
 
 
 def eagle3(target, args) -> Eagle3Trainable:
-    return Eagle3Trainable(Eagle3Head(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab)),
+    return Eagle3Trainable(Eagle3Head(target, drafter_vocab(args, target.vocab)),
                            steps=getattr(args, "ttt_steps", 0) or 4,
                            greedy_mix=getattr(args, "greedy_mix", 0.0))
 
@@ -106,5 +106,5 @@ class PEagleTrainable(UnrolledTrainable):
 
 
 def peagle(target, args) -> PEagleTrainable:
-    return PEagleTrainable(PEagleHead(target, drafter_vocab(args, DRAFT_VOCAB, target.vocab),
+    return PEagleTrainable(PEagleHead(target, drafter_vocab(args, target.vocab),
                                       init.depth(args, PEAGLE_LAYERS)))

@@ -16,7 +16,6 @@ import torch
 
 from specviz.drafters.mtp import MtpModule
 from specviz.drafters.layers import LayerShape, vocab_lookup
-from specviz.train.blocks import DRAFT_VOCAB
 from specviz.train import init
 from specviz.train.data import drafter_vocab
 from specviz.train.distill import head_logits, soft_ce, to_draft, weighted_mean
@@ -106,7 +105,7 @@ class MtpTrainable:
 
 
 def mtp(target, args) -> MtpTrainable:
-    vocab = drafter_vocab(args, DRAFT_VOCAB, target.vocab)
+    vocab = drafter_vocab(args, target.vocab)
     module = MtpModule(LayerShape.of(target), vocab, tap=target.n_layers)
     init.mtp_module(module, target)
     return MtpTrainable(target, module)
