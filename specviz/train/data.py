@@ -353,11 +353,15 @@ class TrainData:
     def sequences(self, heldout: bool = False) -> list[int]:
         return self.heldout_ids if heldout else self.train_ids
 
-    def crop(self, s: int, start: int, length: int) -> dict[str, torch.Tensor]:
+    def _span(self, s: int, start: int, length: int):
+        """(feature file, first row, end row) of sequence s's tokens [start, start + length)."""
         k = bisect.bisect_right(self.first, s) - 1
-        f, starts = self.files[k], self.seq_starts[k]
+        starts = self.seq_starts[k]
         a = int(starts[s - self.first[k]]) + start
-        b = min(a + length, int(starts[s - self.first[k] + 1]))
+        return self.files[k], a, min(a + length, int(starts[s - self.first[k] + 1]))
+
+    def crop(self, s: int, start: int, length: int) -> dict[str, torch.Tensor]:
+        f, a, b = self._span(s, start, length)
 
         def rows(name: str) -> torch.Tensor:
             return f.get_slice(name)[a:b]
@@ -387,8 +391,8 @@ class TrainData:
         (target ids): a drafter can never propose the others."""
         inside = hits = 0
         for s in self.heldout_ids:
-            crop = self.crop(s, 0, self.lengths[s])
-            resp = crop["tokens"][crop["loss_mask"] > 0]
+            f, a, b = self._span(s, 0, self.lengths[s])
+            resp = f.get_slice("tokens")[a:b].long()[f.get_slice("loss_mask")[a:b] > 0]
             inside += int(torch.isin(resp, vocab_ids.long()).sum())
             hits += len(resp)
         return inside / max(hits, 1)
@@ -417,13 +421,18 @@ def draft_vocab(path: str | Path, n: int, vocab: int) -> torch.Tensor:
     return TrainData(path).vocab_by_mass(n, vocab)
 
 
+def is_vocab_key(key: str) -> bool:
+    """Whether a shipped tensor's name is a draft-vocabulary list (`vocab_ids`, `*.vocab`)."""
+    return key == "vocab_ids" or key.rsplit(".", 1)[-1] == "vocab"
+
+
 def shipped_vocab(tensors: dict[str, torch.Tensor]) -> torch.Tensor | None:
     """The reduced draft vocabulary in shipped weights, under whichever key the drafter keeps it:
     `vocab_ids` (outside the module: popped) or a `vocab` buffer (`vocab`, `backbone.vocab`);
     None when they have none."""
     if "vocab_ids" in tensors:
         return tensors.pop("vocab_ids")
-    return next((v for k, v in tensors.items() if k.rsplit(".", 1)[-1] == "vocab"), None)
+    return next((v for k, v in tensors.items() if is_vocab_key(k)), None)
 
 
 def drafter_vocab(args, vocab: int, n: int = DRAFT_VOCAB) -> torch.Tensor:

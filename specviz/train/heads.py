@@ -62,8 +62,11 @@ def eagle1(target, args) -> Eagle1Trainable:
     return Eagle1Trainable(Eagle1Head(target, drafter_vocab(args, target.vocab)))
 
 
+TTT_STEPS = 4       # EAGLE-3's training-time test: unrolled steps (`--ttt-steps` overrides)
+
+
 class Eagle3Trainable(UnrolledTrainable):
-    def __init__(self, head: Eagle3Head, steps: int = 4, decay: float = 0.8,
+    def __init__(self, head: Eagle3Head, steps: int = TTT_STEPS, decay: float = 0.8,
                  greedy_mix: float = 0.0):
         super().__init__(head, steps, decay, greedy_mix)
 
@@ -80,7 +83,7 @@ class Eagle3Trainable(UnrolledTrainable):
 
 def eagle3(target, args) -> Eagle3Trainable:
     return Eagle3Trainable(Eagle3Head(target, drafter_vocab(args, target.vocab)),
-                           steps=getattr(args, "ttt_steps", 0) or 4,
+                           steps=getattr(args, "ttt_steps", 0) or TTT_STEPS,
                            greedy_mix=getattr(args, "greedy_mix", 0.0))
 
 

@@ -13,7 +13,7 @@ from specviz.drafters.dflash import BlockBackbone
 from specviz.drafters.draft import DraftModel
 from specviz.drafters.layers import DecoderLayer
 from specviz.drafters.mtp import MtpModule
-from specviz.train.data import shipped_vocab
+from specviz.train.data import is_vocab_key, shipped_vocab
 
 TARGET_NAMES = {"input_norm": "input_layernorm", "post_norm": "post_attention_layernorm",
                 "q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
@@ -46,12 +46,8 @@ def revocab(module: nn.Module, tensors: dict[str, torch.Tensor], old: torch.Tens
     "zero"). Every other weight is vocabulary-free (frozen LM-head rows do the rest)."""
     rows = getattr(module, "VOCAB_ROWS", {})
     new = shipped_vocab(dict(module.state_dict())) if rows else None
-    out = {}
-    for k, v in tensors.items():
-        if k.rsplit(".", 1)[-1] in ("vocab", "vocab_ids"):
-            continue                                   # the module's own list stays
-        out[k] = _rows(v, old.long(), new.long(), rows[k]) if k in rows else v
-    return out
+    return {k: _rows(v, old.long(), new.long(), rows[k]) if k in rows else v
+            for k, v in tensors.items() if not is_vocab_key(k)}   # the module's own list stays
 
 
 def _rows(w: torch.Tensor, old: torch.Tensor, new: torch.Tensor, start: str) -> torch.Tensor:
