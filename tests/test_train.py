@@ -258,6 +258,16 @@ def test_drafter_flags_reach_the_reproduce_line():
     assert drafter_flags(parser().parse_args(["--drafter", "dspark"])) == ""
 
 
+
+def test_ttt_steps_reach_the_eagle3_trainable(tiny_target):
+    """`--ttt-steps N` sets the unroll length of EAGLE-3's training-time test; 0 keeps 4."""
+    from specviz.train.heads import TTT_STEPS, eagle3
+    args = type("Args", (), {"shipped_vocab": torch.arange(100, 300), "ttt_steps": 7})()
+    assert eagle3(tiny_target, args).steps == 7
+    args.ttt_steps = 0
+    assert eagle3(tiny_target, args).steps == TTT_STEPS == 4
+
+
 def test_a_deeper_block_drafter_grows_from_shallower_weights(tiny_target):
     """`--layers 3 --init shipped` on 2-layer weights: the third layer starts as the identity,
     so the grown drafter computes what the shipped one did; only appended layers may be new."""
