@@ -11,7 +11,7 @@ Strategies whose drafter is unavailable are skipped with the reason.
 
 The shipped traces (2026-12-03: draft round 8, mtp round 9, peagle round 7, dflash (B = 16)
 round 9, dspark round 9 with the calibration refitted on 252 instructions; eagle3 round 12 and
-eagle1 and eagle2 on the round-11 eagle1 weights, re-recorded in the twenty-seventh session;
+eagle1 and eagle2 on the round-11 eagle1 weights, recorded after the draft-vocabulary change;
 2026-12-01 for the others) come from
 `python -m demos.record` and `python -m demos.record --strategies dspark
 --set dspark:scheduler=threshold --set dspark:threshold=0.2 --sampled dspark=1` (the DSpark

@@ -258,7 +258,6 @@ def test_drafter_flags_reach_the_reproduce_line():
     assert drafter_flags(parser().parse_args(["--drafter", "dspark"])) == ""
 
 
-
 def test_ttt_steps_reach_the_eagle3_trainable(tiny_target):
     """`--ttt-steps N` sets the unroll length of EAGLE-3's training-time test; 0 keeps 4."""
     from specviz.train.heads import TTT_STEPS, eagle3
