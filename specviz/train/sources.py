@@ -18,6 +18,12 @@ comment or translate), `howto` (habits, tips, why-questions, how devices work), 
 it keeps the version-1 sources at lower weight, from other seeds, starts the passage tasks
 after those version 1's shards used (PASSAGE_START) and skips every instruction of the prefix of
 version 1 that its shards answered (PRIOR), so that no answer is generated twice.
+Version 3 widens the vocabulary instead of the kinds of request: the drafters trained on versions
+1-2 gained on held-out answers of those streams but not on unseen prompts, whose topics their
+small topic lists never named. Its sources draw from lexicon.py's open vocabulary (about 12k
+common nouns by kind, 2k verbs, 9k natural example sentences, from WordNet): `noun` (requests
+about one word, worded by its kind), `pair` (comparing two words of a kind), `verb` (how-to and
+usage) and `sentence` (translating, rewriting, explaining or continuing example sentences).
 Every version stays reproducible (committed shards name theirs); a new one gets a new VERSION.
 """
 from __future__ import annotations
@@ -31,17 +37,19 @@ import warnings
 from collections.abc import Iterator
 from functools import lru_cache
 
+from specviz.train import lexicon
 from specviz.train import templates as tp
 from specviz.train.pool import CHAT, CODE_TASKS, LISTS, TOPICS, WRITING
 
-VERSION = "2"                    # the stream new shards answer
+VERSION = "3"                    # the stream new shards answer
 SOURCES = {
     "1": {"chat": 3, "writing": 2, "lists": 2, "math": 3, "code": 3, "passage": 5},
     "2": {"chat": 2, "writing": 1, "lists": 1, "math": 1, "code": 3, "passage": 2, "howto": 3,
           "steps": 3, "code_read": 3, "reading": 4, "translate": 2, "rewrite": 2,
           "structured": 2, "story": 2, "message": 2},
+    "3": {"noun": 6, "pair": 1, "verb": 2, "sentence": 4},
 }
-PASSAGE_START = {"1": 0, "2": 4000}   # version 1's shards 1-38 used passage tasks [0, 3029)
+PASSAGE_START = {"1": 0, "2": 4000, "3": 0}   # version 1's shards 1-38 used passage tasks [0, 3029)
 PRIOR = {"2": ("1", 9120)}            # (version, n): shards 1-38 answered its first n
 
 PASSAGE_MODULES = [
@@ -379,11 +387,49 @@ def message_task(rng: random.Random) -> str:
                                                p=rng.choice(tp.PURPOSES))
 
 
+# lexicon.py's noun kinds that take abstract wordings (the others are things one can describe)
+ABSTRACT = {"act", "attribute", "cognition", "communication", "feeling", "group", "possession",
+            "state", "time"}
+
+
+def with_article(word: str) -> str:
+    return f"{'an' if word[0].lower() in 'aeiou' else 'a'} {word}"
+
+
+def noun_task(rng: random.Random) -> str:
+    nouns = lexicon.load()["noun"]
+    kind = rng.choice([k for k in sorted(nouns) for _ in range(1 if k in ABSTRACT else 2)])
+    x = rng.choice(nouns[kind])
+    own = tp.ABSTRACT_TASKS if kind in ABSTRACT else tp.NOUN_KIND_TASKS.get(kind, tp.NOUN_TASKS)
+    return rng.choice(tp.NOUN_TASKS if rng.random() < 0.5 else own).format(
+        x=x, a=with_article(x), p=rng.choice(tp.PLOTS))
+
+
+def pair_task(rng: random.Random) -> str:
+    nouns = lexicon.load()["noun"]
+    x, y = rng.sample(nouns[rng.choice(sorted(nouns))], 2)
+    return rng.choice(tp.PAIR_TASKS).format(x=x, y=y, a=with_article(x), b=with_article(y))
+
+
+def verb_task(rng: random.Random) -> str:
+    verbs = lexicon.load()["verb"]
+    return rng.choice(tp.VERB_TASKS).format(v=rng.choice(verbs[rng.choice(sorted(verbs))]))
+
+
+def sentence_task(rng: random.Random) -> str:
+    examples = lexicon.load()["example"][""]
+    if rng.random() < 0.8:
+        return rng.choice(tp.SENTENCE_TASKS).format(s=rng.choice(examples),
+                                                    lang=rng.choice(tp.LANGUAGES))
+    return rng.choice(tp.SENTENCES_TASKS).format(ss="\n".join(rng.sample(examples, 3)))
+
+
 MAKERS = {"chat": lambda r: topic_task(r, CHAT), "writing": lambda r: topic_task(r, WRITING),
           "lists": lambda r: topic_task(r, LISTS), "math": math_task, "code": code_task,
           "translate": translate_task, "rewrite": rewrite_task, "reading": reading_task,
           "code_read": code_read_task, "howto": howto_task, "steps": steps_task,
-          "structured": structured_task, "story": story_task, "message": message_task}
+          "structured": structured_task, "story": story_task, "message": message_task,
+          "noun": noun_task, "pair": pair_task, "verb": verb_task, "sentence": sentence_task}
 
 
 def stream(seed: int = 0, version: str = VERSION) -> Iterator[dict]:

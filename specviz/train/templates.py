@@ -2,12 +2,13 @@
 kinds of request an assistant gets that version 1 lacked or had only as topic templates, namely
 translation, tone rewriting, reading comprehension and summaries of short narrative paragraphs,
 reading code, everyday how-to and why questions, multi-step word problems, structured output
-(JSON, lists, tables), stories and messages.
+(JSON, lists, tables), stories and messages. The version-3 section holds the wordings of the
+open-vocabulary requests (sources.py fills them from lexicon.py's words and sentences).
 
 Boundary: text only, no model, no generators (sources.py draws from these lists), no dev or demo
 prompts; the wording also stays apart from the development prompts' phrasings, so that the
 development set still measures what carries over to unseen wordings. Appending to a list
-changes the version-2 stream: bump sources.VERSION, never edit in place what a committed shard's
+changes the stream of that version: bump sources.VERSION, never edit in place what a committed shard's
 stream version used.
 """
 from __future__ import annotations
@@ -283,3 +284,72 @@ PURPOSES = ["asking to borrow a lawn mower", "thanking them for their help",
 MESSAGE_TASKS = ["Draft a warm email to {r} {p}.", "Write a short, polite message to {r} "
                  "{p}.", "Write a formal letter to {r} {p}.", "Write a text message to {r} "
                  "{p}."]
+
+# == version 3: open-vocabulary requests over lexicon.py's words and example sentences ==========
+# {x}: the word; {a}: the word with "a"/"an"; {y}, {b}: a second word of the same kind.
+NOUN_TASKS = [
+    "Write a short paragraph about {x}.", "Give me three interesting facts about {x}.",
+    "What is {a}? Answer in a few sentences.", "Write a haiku about {x}.",
+    "Write a four-line rhyming poem about {x}.",
+    "List six words that come to mind when you think of {x}.",
+    "Give a JSON object with the fields \"name\", \"category\" and \"description\" for {x}.",
+    "Write a cheerful social media post about {x}.",
+    "Make up a riddle whose answer is \"{x}\", then give the answer.",
+    "Write a short dialogue between two friends talking about {x}.",
+    "How would you explain \"{x}\" to a seven-year-old?",
+    "Give two example sentences that use the word \"{x}\".",
+    "Write a very short story in which {a} plays an important part.",
+    "Tell me about {x} in three bullet points.",
+    "What are some common misconceptions about {x}?",
+    "Write a limerick about {x}.",
+]
+PAIR_TASKS = ["What is the difference between {a} and {b}?", "Compare {x} and {y} in a short "
+              "table.", "Which is more useful, {a} or {b}? Give reasons.",
+              "Write a short story that involves both {a} and {b}.",
+              "How are {x} and {y} alike, and how are they different?"]
+NOUN_KIND_TASKS = {
+    "food": ["How is {x} usually eaten?", "Suggest a simple recipe that uses {x}.",
+             "Is {x} good for you? Give a balanced answer.", "Where does {x} come from?"],
+    "animal": ["Where does the {x} live, and what does it eat?",
+               "Tell me some fun facts about the {x}.", "How does the {x} raise its young?"],
+    "plant": ["How do you grow {x} at home?", "Describe what {x} looks like.",
+              "What is {x} used for?"],
+    "artifact": ["How does {a} work?", "What is {a} used for?",
+                 "Write a short product description for {a}.",
+                 "How should you look after {a} so that it lasts?",
+                 "Who invented the {x}, and why was it useful?"],
+    "person": ["What does {a} do on a typical day?", "What skills does {a} need?",
+               "Write a job advertisement for {a}.", "Write a short story about {a} who {p}."],
+    "location": ["What is {x} known for?", "Plan a relaxed one-day visit to {x}.",
+                 "Describe {x} to someone who has never been there."],
+    "body": ["What does the {x} do in the human body?", "How can I keep my {x} healthy?"],
+    "phenomenon": ["Why does {x} happen?", "What causes {x}? Explain it simply."],
+    "process": ["Explain how {x} works, step by step.", "Why is {x} important?"],
+    "event": ["Describe {a} from start to finish.", "Why do people remember {x}?"],
+    "substance": ["What is {x} made of, and what is it used for?", "Is {x} dangerous? Explain.",
+                  "Where is {x} found?"],
+}
+ABSTRACT_TASKS = ["What does \"{x}\" mean? Give an everyday example.",
+                  "Explain the idea of {x} with a simple example.",
+                  "Why does {x} matter in daily life?", "Write a short poem about {x}.",
+                  "Write a motivational paragraph about {x}."]
+VERB_TASKS = ["How can I learn to {v}?", "Explain what it means to {v}, with two example "
+              "sentences.", "Write a short story in which someone has to {v}.",
+              "Give three tips for anyone who needs to {v}.", "Write a short poem about the "
+              "urge to {v}.", "What is the opposite of \"to {v}\"? Explain with examples.",
+              "Describe a situation where it would be a bad idea to {v}."]
+SENTENCE_TASKS = ["Translate this sentence into {lang}:\n\n{s}", "Put this into {lang}: {s}",
+                  "Make this sentence sound more formal: {s}",
+                  "Rewrite this sentence for a young child: {s}",
+                  "Paraphrase the following sentence: {s}",
+                  "Is this sentence grammatically correct? Explain.\n\n{s}",
+                  "Continue this text with two more sentences: {s}",
+                  "What does this sentence mean? \"{s}\"", "Turn this sentence into a question: {s}",
+                  "Write a short story that begins with: \"{s}\"",
+                  "List the nouns and the verbs in this sentence: {s}",
+                  "Explain the meaning of this sentence in simple words: {s}",
+                  "Write a reply to someone who just said: \"{s}\""]
+SENTENCES_TASKS = ["Summarize these sentences in one sentence:\n\n{ss}",
+                   "Which of these sentences is the most formal, and why?\n\n{ss}",
+                   "Number these sentences and give each a one-word topic:\n\n{ss}",
+                   "Write a paragraph that connects these sentences:\n\n{ss}"]
