@@ -39,9 +39,10 @@ def test_every_committed_shard_answers_its_stream_version_and_versions_do_not_ov
     assert not set(answered["1"]) & {x["prompt"] for x in sources.take(20_000, version="2")}
 
 
-def test_stream_never_uses_the_dev_or_demo_prompts():
+def test_stream_never_uses_the_dev_demo_or_probe_prompts():
     texts = set()
-    for path in (ROOT.parent / "shared/prompts/dev.jsonl", ROOT / "demos/prompts.jsonl"):
+    for path in (ROOT.parent / "shared/prompts/dev.jsonl", ROOT / "demos/prompts.jsonl",
+                 ROOT / "data/probe.jsonl"):
         if path.exists():
             texts |= {json.loads(x).get("prompt") for x in path.read_text().splitlines()
                       if x.strip()}

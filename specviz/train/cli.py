@@ -11,11 +11,13 @@ artifacts/train/<id>/ and the final weights + model card to assets/.
   python -m specviz train --drafter eagle3 --minutes 12 [--steps N] [--resume] [--init shipped]
   python -m specviz train calibrate [--per-source 8] [--max-new-tokens 128] [--threads 1]
   python -m specviz train calibrate --report-on PROMPTS.jsonl   (score only, per position)
+  python -m specviz train probe --drafter eagle3 [--assets DIR ...] [--json]
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 from pathlib import Path
 
 from specviz.models.kernels import PRECISIONS
@@ -192,11 +194,77 @@ def main_calibrate(argv: list[str]) -> int:
     return 0
 
 
+def probe_parser() -> argparse.ArgumentParser:
+    from specviz.drafters.weights import ASSETS
+    from specviz.train import probe
+    p = argparse.ArgumentParser(
+        prog="python -m specviz train probe",
+        description="Score drafter weights on the fixed probe prompts (data/probe.jsonl, never "
+                    "trained on): simulated chain τ, teacher-forced on the target's greedy "
+                    "answers, with a 95%% interval over prompts; weight sets after the first "
+                    "are paired against it.")
+    p.add_argument("--drafter", required=True, help=f"drafter id: {', '.join([*TRAINERS, *ALIASES])}")
+    p.add_argument("--assets", action="append", default=[], metavar="DIR",
+                   help=f"an assets folder holding the weights (repeat to compare; default "
+                        f"{ASSETS})")
+    p.add_argument("--prompts", default=str(probe.PROBE_FILE), help="prompt file (bench's jsonl)")
+    p.add_argument("--data", default=str(probe.PROBE_DIR), help="the answers' feature folder")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--precision", choices=PRECISIONS, default="auto")
+    p.add_argument("--json", action="store_true", help="print the reports as JSON")
+    machine_args(p)
+    return p
+
+
+def main_probe(argv: list[str]) -> int:
+    from specviz.bench import read_prompts
+    from specviz.drafters.base import DrafterUnavailable
+    from specviz.drafters.weights import ASSETS
+    from specviz.engine.decode import BadRequest
+    from specviz.train import probe
+    p = probe_parser()
+    args = p.parse_args(argv)
+    did = ALIASES.get(args.drafter, args.drafter)
+    if did not in TRAINERS:
+        p.error(f"unknown drafter {args.drafter!r}; choose from {', '.join([*TRAINERS, *ALIASES])}")
+    if not 1 <= args.max_new_tokens <= 1024:
+        p.error("--max-new-tokens must be in 1..1024")
+    try:
+        categories = [x.category or "-" for x in read_prompts(args.prompts)]
+    except BadRequest as exc:
+        p.error(str(exc))
+    target = embedded_target(args)
+    folder = probe.features(target, Path(args.prompts), Path(args.data), args.max_new_tokens)
+    try:
+        reports = probe.score(target, did, [Path(a) for a in args.assets or [ASSETS]], folder,
+                              categories, args.precision)
+    except DrafterUnavailable as exc:
+        p.error(str(exc))
+    if args.json:
+        print(json.dumps(reports, indent=1))
+        return 0
+    print(f"{did} on {args.prompts} ({len(categories)} prompts, the target's greedy answers, "
+          "teacher-forced)")
+    for r in reports:
+        lo, hi = r["ci95"]
+        line = (f"{r['assets']}: τ {r['tau']:.3f} [{lo:.3f}, {hi:.3f}], n {r['n']}, acceptance "
+                f"by position {r['acc_per_position']}")
+        if "vs_first" in r:
+            d = r["vs_first"]
+            line += f"; vs the first: {d['delta']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
+        print(line)
+        print("   by category: " + ", ".join(f"{c} {t:.2f}" for c, t in
+                                             r["tau_by_category"].items()))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "data":
         return main_data(argv[1:])
     if argv and argv[0] == "calibrate":
         return main_calibrate(argv[1:])
+    if argv and argv[0] == "probe":
+        return main_probe(argv[1:])
     args = parser().parse_args(argv)
     if not args.build_data and not args.drafter:
         parser().error("give --build-data or --drafter ID")

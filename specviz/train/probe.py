@@ -1,0 +1,134 @@
+"""`python -m specviz train probe`: score drafter weights on a fixed probe set, teacher-forced.
+
+The probe set (data/probe.jsonl, 96 hand-written prompts in the dev categories, other topics and
+wordings than both the dev prompts and the instruction stream, never trained on) is answered
+greedily by the target once; those answers are featurised like the training data and cached in
+artifacts/train/probe/ (rebuilt when the target, the prompt file or the answer length changes).
+A drafter's simulated chain τ is then measured on every response position of every answer, one
+sequence at a time, so the score is deterministic and has ~10k positions behind it, where the
+held-out split of the training data shares its templates with the training sequences (it cannot
+rank changes, card notes of 2026-12-03) and the 16 dev prompts give ~1.5k. Several weight sets
+(assets folders) are scored on the same positions, with a 95% interval over prompts from a
+bootstrap, and paired against the first one.
+
+Boundary: scores only; no engine, no timing, nothing written to assets/.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specviz.drafters import weights
+from specviz.train import data as D
+from specviz.train.loop import LAYER, acceptance, autocast, init_from
+
+PROBE_FILE = Path("data/probe.jsonl")
+PROBE_DIR = D.DATA_DIR / "probe"
+BATCH = 16          # prompts per generate call
+RESAMPLES = 2000    # bootstrap resamples of the prompts
+
+
+def features(target, prompts_file: Path = PROBE_FILE, folder: Path = PROBE_DIR,
+             max_new_tokens: int = 128, log=print) -> Path:
+    """The probe's feature folder for `target`: built unless a current one is there."""
+    from specviz.bench import read_prompts
+    prompts = read_prompts(prompts_file)
+    taps = D.taps_for(target.n_layers)
+    want = {"format": D.FORMAT, "fingerprint": target.fingerprint, "taps": json.dumps(list(taps)),
+            "topk": str(D.TOPK), "source": prompts_file.name,
+            "source_sha256": D.file_digest(prompts_file), "max_new_tokens": str(max_new_tokens)}
+    path = Path(folder) / "probe.safetensors"
+    if path.exists() and all(D.metadata(path).get(k) == v for k, v in want.items()):
+        return Path(folder)
+    log(f"answering the {len(prompts)} probe prompts greedily ({max_new_tokens} new tokens at "
+        "most) and featurising the answers, once")
+    ids = [target.encode(p.prompt) for p in prompts]
+    answers = []
+    for i in range(0, len(ids), BATCH):
+        answers += D.generate_batch(target, ids[i:i + BATCH], max_new_tokens)
+    rows = [{"prompt_ids": p, "response_ids": r, "category": c.category}
+            for p, r, c in zip(ids, answers, prompts)]
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    D.write_features(target, rows, path, taps, want)
+    return Path(folder)
+
+
+def trainable_for(target, drafter_id: str, assets: Path):
+    """The drafter's training module holding the weights of `assets` (as shipped there)."""
+    from specviz.train import cli
+    tensors, _ = weights.load(drafter_id, target.fingerprint, assets=Path(assets))
+    argv = ["--drafter", drafter_id]
+    if drafter_id in cli.DEEPENABLE:     # as deep as the weights are
+        deepest = max(int(m.group(1)) for k in tensors if (m := LAYER.search(k)))
+        argv += ["--layers", str(deepest + 1)]
+    args = cli.parser().parse_args(argv)
+    args.shipped_vocab = D.shipped_vocab(tensors)
+    module, fn = cli.TRAINERS[drafter_id].split(":")
+    trainable = getattr(importlib.import_module(module), fn)(target, args)
+    init_from(getattr(trainable, "export_root", trainable.module), tensors)
+    trainable.module.eval()
+    return trainable
+
+
+def hits_by_prompt(trainable, folder: Path, precision: str = "auto") -> list[torch.Tensor]:
+    """Per probe sequence (file order), the [n, D] hits of the drafter's teacher-forced chain."""
+    data = D.TrainData(folder, trainable.taps)
+    dev = torch.device("cpu")
+    out = []
+    with torch.no_grad(), autocast(dev, precision):
+        for s, n in enumerate(data.lengths):
+            batch = {k: v[None] for k, v in data.crop(s, 0, n).items()}
+            out.append(trainable.evaluate(batch).cpu())
+    return out
+
+
+def lead(hits: torch.Tensor) -> torch.Tensor:
+    """Accepted drafts per start position (leading hits) of an [n, D] hits tensor."""
+    return hits.long().cumprod(-1).sum(-1) if len(hits) else torch.zeros(0, dtype=torch.long)
+
+
+def interval(per_prompt: list[torch.Tensor], seed: int = 0) -> tuple[float, float]:
+    """A 95% bootstrap interval of the mean over all positions of per-prompt values, resampling
+    prompts (positions within one answer are not independent)."""
+    sums = np.array([float(x.sum()) for x in per_prompt])
+    counts = np.array([len(x) for x in per_prompt])
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(len(sums), size=(RESAMPLES, len(sums)))
+    means = sums[pick].sum(1) / np.maximum(counts[pick].sum(1), 1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return round(float(lo), 4), round(float(hi), 4)
+
+
+def paired(a: list[torch.Tensor], b: list[torch.Tensor], seed: int = 0) -> dict:
+    """τ(b) - τ(a) on the same positions, with a 95% bootstrap interval over prompts."""
+    diff = [lb.float() - la.float() for la, lb in zip(a, b)]
+    n = sum(len(d) for d in diff)
+    return {"delta": round(sum(float(d.sum()) for d in diff) / max(n, 1), 4),
+            "ci95": interval(diff, seed)}
+
+
+def score(target, drafter_id: str, assets_dirs: list[Path], folder: Path,
+          categories: list[str], precision: str = "auto") -> list[dict]:
+    """One report per assets folder: τ with its interval, acceptance by position, τ by
+    category, and (after the first) the paired difference to the first."""
+    reports, first = [], None
+    for assets in assets_dirs:
+        per = hits_by_prompt(trainable_for(target, drafter_id, assets), folder, precision)
+        leads = [lead(h) for h in per]
+        lo, hi = interval(leads)
+        r = acceptance(torch.cat(per)) | {"assets": str(assets), "ci95": (round(1 + lo, 4), round(1 + hi, 4))}
+        by_cat: dict[str, list[torch.Tensor]] = {}
+        for c, x in zip(categories, leads):
+            by_cat.setdefault(c, []).append(x)
+        r["tau_by_category"] = {c: round(1 + float(torch.cat(xs).float().mean()), 3)
+                                for c, xs in by_cat.items() if sum(map(len, xs))}
+        if first is None:
+            first = leads
+        else:
+            r["vs_first"] = paired(first, leads)
+        reports.append(r)
+    return reports

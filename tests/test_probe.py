@@ -1,0 +1,84 @@
+"""`train probe`: the fixed probe prompts are their own source, their answers are featurised once,
+and a drafter's probe score is its teacher-forced chain over every answer, paired across weight
+sets (tiny random target)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from specviz.drafters import weights
+from specviz.train import probe
+from specviz.train.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_probe_prompts_are_distinct_and_not_the_dev_ones():
+    rows = [json.loads(x) for x in probe.PROBE_FILE.read_text().splitlines() if x.strip()]
+    prompts = [r["prompt"] for r in rows]
+    assert len(rows) >= 80 and len(set(prompts)) == len(prompts)
+    assert len({r["id"] for r in rows}) == len(rows)
+    cats = {r["category"] for r in rows}
+    assert {"chat", "code", "math", "summarization", "qa", "writing", "structured",
+            "rewrite"} <= cats
+    dev = ROOT.parent / "shared/prompts/dev.jsonl"
+    if dev.exists():
+        assert not {json.loads(x)["prompt"] for x in dev.read_text().splitlines()
+                    if x.strip()} & set(prompts)
+
+
+def write_prompts(path: Path) -> Path:
+    rows = [("a", "chat", "Why is the sky blue?"), ("b", "code", "Write a loop in Python."),
+            ("c", "chat", "Name a fruit.")]
+    path.write_text("".join(json.dumps({"id": i, "category": c, "prompt": p}) + "\n"
+                            for i, c, p in rows))
+    return path
+
+
+def test_probe_scores_and_pairs_weight_sets(tiny_target, tmp_path):
+    from specviz.drafters.eagle3 import Eagle3Head
+    from specviz.train.heads import Eagle3Trainable
+    prompts = write_prompts(tmp_path / "p.jsonl")
+    folder = probe.features(tiny_target, prompts, tmp_path / "f", 12, log=lambda s: None)
+    built = (folder / "probe.safetensors").stat().st_mtime_ns
+    assert probe.features(tiny_target, prompts, folder, 12, log=lambda s: None) == folder
+    assert (folder / "probe.safetensors").stat().st_mtime_ns == built       # cached
+    probe.features(tiny_target, prompts, folder, 10, log=lambda s: None)   # another length
+    assert (folder / "probe.safetensors").stat().st_mtime_ns != built
+
+    torch.manual_seed(0)
+    vocab = torch.arange(0, 49152, 12)
+    a, b = tmp_path / "a", tmp_path / "b"
+    for assets, scale in ((a, 0.0), (b, 0.5)):
+        tr = Eagle3Trainable(Eagle3Head(tiny_target, vocab), steps=3)
+        with torch.no_grad():
+            for p in tr.module.parameters():
+                p.add_(scale * torch.randn_like(p))
+        tensors, config = tr.export()
+        weights.save("eagle3", tensors, config, tiny_target.fingerprint, assets=assets)
+    cats = ["chat", "code", "chat"]
+    ra, rb, ra2 = probe.score(tiny_target, "eagle3", [a, b, a], folder, cats, "fp32")
+    assert ra["n"] > 0 and ra["n"] == rb["n"]
+    assert ra["ci95"][0] <= ra["tau"] <= ra["ci95"][1]
+    assert set(ra["tau_by_category"]) == {"chat", "code"}
+    assert "vs_first" not in ra
+    assert ra2["tau"] == ra["tau"] and ra2["vs_first"] == {"delta": 0.0, "ci95": (0.0, 0.0)}
+    assert abs(rb["vs_first"]["delta"] - (rb["tau"] - ra["tau"])) < 1e-3
+    # the score is the trainable's own evaluation over each whole answer
+    tr = probe.trainable_for(tiny_target, "eagle3", b)
+    per = probe.hits_by_prompt(tr, folder, "fp32")
+    assert 1 + float(torch.cat([probe.lead(h) for h in per]).float().mean()) == \
+        pytest.approx(rb["tau"], abs=1e-4)
+
+
+def test_probe_cli_refuses_bad_input(capsys):
+    for argv, msg in ((["probe", "--drafter", "nope"], "unknown drafter"),
+                      (["probe", "--drafter", "eagle3", "--max-new-tokens", "0"], "1..1024"),
+                      (["probe", "--drafter", "eagle3", "--prompts", "/nonexistent.jsonl"],
+                       "cannot read prompt file")):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert msg in capsys.readouterr().err
