@@ -157,3 +157,12 @@ def test_every_crop_of_a_sequence_with_a_response_holds_response_tokens(tiny_dat
     rng = np.random.default_rng(0)
     b = data.batch(rng, 64, 8)
     assert (b["loss_mask"].sum(1) > 0).all()
+
+
+def test_a_sequence_that_fits_is_cropped_whole_prompt_included(tiny_data):
+    data = D.TrainData(tiny_data, taps=())
+    longest = int(max(data.lengths))
+    b = data.batch(np.random.default_rng(1), 64, longest)
+    whole = {tuple(data.crop(s, 0, longest)["tokens"].tolist()) for s in data.sequences(False)}
+    for tok, valid in zip(b["tokens"].tolist(), b["valid"].tolist()):
+        assert tuple(tok[:int(sum(valid))]) in whole          # starts at the prompt's first token

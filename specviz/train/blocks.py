@@ -27,7 +27,7 @@ from specviz.train import calibrate, init
 from specviz.train.data import TrainData, drafter_vocab
 from specviz.train.distill import head_logits, l1_to_target, soft_ce, to_draft, weighted_mean
 
-ANCHORS = 8          # blocks per training crop
+ANCHOR_EVERY = 16    # one training block per this many crop tokens (16 in a 256-token crop)
 MARKOV_RANK = 128
 LAYERS = 2           # default drafter depth: with one layer every MASK row's query is the same
                      # vector (content-free), so a row cannot ask about the anchor; the second
@@ -109,7 +109,7 @@ class BlockTrainable:
 
     # --- training -----------------------------------------------------------------------
     def loss(self, batch: dict, generator: torch.Generator):
-        anchors = sample_anchors(batch, ANCHORS, generator)
+        anchors = sample_anchors(batch, max(1, batch["tokens"].shape[1] // ANCHOR_EVERY), generator)
         h = block_hidden(self.backbone, self.target.embed, batch, anchors, self.size)
         row, w = labels(batch, anchors, self.size, self.off, self.gamma_w)
         ids, p = self.draft_labels(batch, row)

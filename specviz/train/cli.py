@@ -62,8 +62,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=str(D.FEATURE_DIR), help="feature folder")
     p.add_argument("--minutes", type=float, default=0.0, help="time budget (0 = none)")
     p.add_argument("--steps", type=int, default=0, help="step budget (0 = none)")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=256,
+                   help="crop length: 256 holds 96%% of the training sequences whole, prompt "
+                        "included, as the drafter sees them at inference")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--eval-every", type=int, default=200)

@@ -374,9 +374,11 @@ class TrainData:
 
     def batch(self, rng: np.random.Generator, batch_size: int, seq_len: int,
               heldout: bool = False) -> dict[str, torch.Tensor]:
-        """batch_size random crops of at most seq_len tokens, right-padded (valid = 0). A crop
-        starts at most seq_len // 4 tokens before its sequence's response (where the sequence
-        allows), so that a long prompt does not fill crops with tokens that carry no loss."""
+        """batch_size random crops of at most seq_len tokens, right-padded (valid = 0). A
+        sequence that fits is taken whole, prompt included, as the drafter sees it at inference
+        (copying from the prompt is much of what it learns). A longer one is cropped to start at
+        most seq_len // 4 tokens before its response, so that a long prompt does not fill the
+        crop with tokens that carry no loss."""
         ids = self.sequences(heldout)
         crops = []
         for _ in range(batch_size):

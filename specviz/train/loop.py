@@ -58,8 +58,8 @@ class TrainConfig:
     drafter_id: str
     minutes: float = 0.0
     steps: int = 0
-    batch_size: int = 8
-    seq_len: int = 128
+    batch_size: int = 4
+    seq_len: int = 256          # whole sequences, prompt included, for 96% of the data
     lr: float = 1e-3
     min_lr_frac: float = 0.1
     warmup: int = 50
