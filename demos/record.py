@@ -9,10 +9,11 @@ narrate the rejection-sampling rule. With --set, the strategies are recorded wit
 settings instead, and the file names end in -<setting><value> (e.g. -threshold0.2).
 Strategies whose drafter is unavailable are skipped with the reason.
 
-The shipped traces (2026-12-03: draft round 8, mtp round 9, peagle round 7, dflash (B = 16)
-round 9, dspark round 9 with the calibration refitted on 252 instructions; eagle3 round 12 and
-eagle1 and eagle2 on the round-11 eagle1 weights, recorded after the draft-vocabulary change;
-2026-12-01 for the others) come from
+The shipped traces (2026-12-04: draft round 9, mtp round 10, peagle round 8, eagle3 round 13,
+and eagle1 and eagle2 on the round-12 eagle1 weights, recorded on an idle machine, since the
+auto_budget tree sizes follow the measured forward cost; 2026-12-03: dflash (B = 16) round 9,
+dspark round 9 with the calibration refitted on 252 instructions; 2026-12-01 for the others)
+come from
 `python -m demos.record` and `python -m demos.record --strategies dspark
 --set dspark:scheduler=threshold --set dspark:threshold=0.2 --sampled dspark=1` (the DSpark
 walkthrough narrates the threshold rule, which greedy runs use only when asked). A walkthrough
