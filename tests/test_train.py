@@ -15,7 +15,8 @@ from specviz.drafters import weights
 from specviz.drafters.eagle3 import Eagle3Head
 from specviz.train import data as D
 from specviz.train.heads import Eagle3Trainable
-from specviz.train.loop import TrainConfig, init_from, load_checkpoint, train
+from specviz.train.config import TrainConfig
+from specviz.train.loop import init_from, load_checkpoint, train
 from specviz.train.pool import extract_instruction, meta_prompts
 
 from drafter_fixtures import tiny_data  # noqa: F401 (fixture)
@@ -256,6 +257,25 @@ def test_drafter_flags_reach_the_reproduce_line():
                                 "7", "--precision", "fp32"])
     assert drafter_flags(args) == " --draft-vocab 8192 --ttt-steps 7 --precision fp32"
     assert drafter_flags(parser().parse_args(["--drafter", "dspark"])) == ""
+
+
+def test_the_cli_defaults_are_the_train_configs():
+    """One home for the run defaults: the `train` options start at TrainConfig's values, and
+    reading them loads no drafter or training loop (a fresh interpreter, so nothing is cached)."""
+    import subprocess
+    import sys
+    code = ("import sys; from specviz.train.cli import parser; "
+            "a = parser().parse_args(['--drafter', 'eagle3']); "
+            "print(a.minutes, a.steps, a.batch_size, a.seq_len, a.lr, a.warmup, a.eval_every, "
+            "a.seed, a.out_dir); "
+            "print(sorted(m for m in sys.modules if m.startswith('specviz.drafters') "
+            "or m == 'specviz.train.loop'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    c = TrainConfig("eagle3")
+    assert out[0] == (f"{c.minutes} {c.steps} {c.batch_size} {c.seq_len} {c.lr} {c.warmup} "
+                      f"{c.eval_every} {c.seed} {c.out_dir}")
+    assert out[1] == "[]"
 
 
 def test_ttt_steps_reach_the_eagle3_trainable(tiny_target):

@@ -23,6 +23,7 @@ from pathlib import Path
 from specviz.models.kernels import PRECISIONS
 from specviz.train import data as D
 from specviz.train import shards
+from specviz.train.config import DEFAULTS, TrainConfig
 
 TRAINERS = {
     "draft": "specviz.train.draft:draft",
@@ -60,22 +61,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stdlib-chunks", type=int, default=0, help="raw stdlib source chunks")
     p.add_argument("--drafter", help=f"drafter id: {', '.join([*TRAINERS, *ALIASES])}")
     p.add_argument("--data", default=str(D.FEATURE_DIR), help="feature folder")
-    p.add_argument("--minutes", type=float, default=0.0, help="time budget (0 = none)")
-    p.add_argument("--steps", type=int, default=0, help="step budget (0 = none)")
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--seq-len", type=int, default=256,
+    p.add_argument("--minutes", type=float, default=DEFAULTS.minutes, help="time budget (0 = none)")
+    p.add_argument("--steps", type=int, default=DEFAULTS.steps, help="step budget (0 = none)")
+    p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
+    p.add_argument("--seq-len", type=int, default=DEFAULTS.seq_len,
                    help="crop length: 256 holds 96%% of the training sequences whole, prompt "
                         "included, as the drafter sees them at inference")
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--warmup", type=int, default=50)
-    p.add_argument("--eval-every", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=DEFAULTS.lr)
+    p.add_argument("--warmup", type=int, default=DEFAULTS.warmup)
+    p.add_argument("--eval-every", type=int, default=DEFAULTS.eval_every)
+    p.add_argument("--seed", type=int, default=DEFAULTS.seed)
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     p.add_argument("--init", choices=("fresh", "shipped"), default="fresh",
                    help="fresh weights, or fine-tune the shipped ones in assets/ (their draft "
                         "vocabulary is kept)")
     p.add_argument("--no-ship", action="store_true", help="do not write assets/")
-    p.add_argument("--out-dir", default=str(D.DATA_DIR),
+    p.add_argument("--out-dir", default=DEFAULTS.out_dir,
                    help="checkpoint folder: a run keeps <out-dir>/<drafter>/ (an experiment "
                         "beside the shipped drafter's run takes its own)")
     p.add_argument("--note", default="", help="a paragraph for the model card")
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         from specviz.drafters import weights
         from specviz.drafters.base import DrafterUnavailable
         from specviz.train.init import revocab
-        from specviz.train.loop import TrainConfig, init_from, train
+        from specviz.train.loop import init_from, train
         did = ALIASES.get(args.drafter, args.drafter)
         if did not in TRAINERS:
             parser().error(f"unknown drafter {args.drafter!r}; choose from "

@@ -43,11 +43,11 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from specviz.train import shards
+from specviz.train.config import DATA_DIR
 from specviz.train.pool import extract_instruction, meta_prompts
 
 TAPS = (2, 15, 27, 28, 30)   # EAGLE-3: 2,15,27; DFlash/DSpark: 2,15,28; EAGLE-1/MTP/P-EAGLE: 30
 TOPK = 64
-DATA_DIR = Path("artifacts/train")
 FEATURE_DIR = DATA_DIR / "features"
 FORMAT = "specviz-features-1"
 STDLIB = "stdlib"            # the feature file of the raw source chunks

@@ -27,7 +27,7 @@ import math
 import platform
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
@@ -40,7 +40,8 @@ from specviz.drafters import weights
 from specviz.drafters.layers import DecoderLayer
 from specviz.models.kernels import check_precision, resolve_precision
 from specviz.train import init
-from specviz.train.data import DATA_DIR, FEATURE_DIR, TrainData, shipped_vocab
+from specviz.train.config import TrainConfig
+from specviz.train.data import FEATURE_DIR, TrainData, shipped_vocab
 
 
 class Trainable(Protocol):
@@ -51,34 +52,6 @@ class Trainable(Protocol):
     def evaluate(self, batch: dict) -> torch.Tensor: ...
     def export(self) -> tuple[dict[str, torch.Tensor], dict]: ...
     def describe(self) -> str: ...
-
-
-@dataclass
-class TrainConfig:
-    drafter_id: str
-    minutes: float = 0.0
-    steps: int = 0
-    batch_size: int = 4
-    seq_len: int = 256          # whole sequences, prompt included, for 96% of the data
-    lr: float = 1e-3
-    min_lr_frac: float = 0.1
-    warmup: int = 50
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    eval_every: int = 200
-    eval_batches: int = 4
-    seed: int = 0
-    init: str = "fresh"        # or "shipped": fine-tuned from the weights in assets/
-    resume: bool = False
-    ship: bool = True
-    out_dir: str = str(DATA_DIR)
-    note: str = ""                # free text for the model card (e.g. the scale reached)
-    precision: str = "auto"       # bf16 autocast: auto (CUDA, native-bf16 CPU), fp32 or bf16
-    flags: str = ""               # the drafter's own CLI options, for the card's Reproduce line
-
-    @property
-    def ckpt_dir(self) -> Path:
-        return Path(self.out_dir) / self.drafter_id
 
 
 def device_of() -> torch.device:
