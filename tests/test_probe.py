@@ -82,3 +82,50 @@ def test_probe_cli_refuses_bad_input(capsys):
         with pytest.raises(SystemExit):
             main(argv)
         assert msg in capsys.readouterr().err
+
+
+def test_probe_engine_runs_each_weight_set_and_pairs_by_prompt(tiny_target, tmp_path,
+                                                                 monkeypatch):
+    """`--engine`: the engine drafts with each folder's weights in turn (read while that folder
+    is in use), its τ is new tokens per target forward, and a folder paired with itself
+    differs by exactly 0."""
+    from specviz import runner
+    from specviz.drafters.eagle3 import Eagle3Head
+    from specviz.engine.decode import GenSettings
+    from specviz.train.heads import Eagle3Trainable
+    torch.manual_seed(1)
+    a, b = tmp_path / "a", tmp_path / "b"
+    for assets, scale in ((a, 0.0), (b, 0.5)):
+        tr = Eagle3Trainable(Eagle3Head(tiny_target, torch.arange(0, 49152, 12)), steps=3)
+        with torch.no_grad():
+            for p in tr.module.parameters():
+                p.add_(scale * torch.randn_like(p))
+        weights.save("eagle3", *tr.export(), tiny_target.fingerprint, assets=assets)
+    read = []
+    real_load = weights.load
+    monkeypatch.setattr(weights, "load", lambda *x, **k: read.append(weights.folder())
+                        or real_load(*x, **k))
+    prompts, cats = ["Why is the sky blue?", "Write a loop.", "Name a fruit."], ["chat", "code", "chat"]
+    ra, rb, ra2 = probe.engine_score(tiny_target, "eagle3:auto_budget=false", [a, b, a], prompts,
+                                     cats, 8, log=lambda s: None)
+    assert read == [a, b, a]
+    assert weights.folder() == weights.ASSETS and not tiny_target.drafters
+    assert ra["tokens"] == 3 * 8 and 1 <= ra["tau"] <= 8
+    assert ra["tau"] == pytest.approx(ra["tokens"] / ra["target_forwards"], abs=1e-4)
+    assert ra["ci95"][0] <= ra["tau"] <= ra["ci95"][1] and set(ra["tau_by_category"]) == {"chat", "code"}
+    assert ra2["tau"] == ra["tau"] and ra2["vs_first"] == {"delta": 0.0, "ci95": (0.0, 0.0)}
+    assert rb["vs_first"]["delta"] == pytest.approx(rb["tau"] - ra["tau"], abs=1e-3)
+    with weights.use(b):   # the same figure as one engine run per prompt with b's weights
+        runs = [runner.generate(tiny_target, strategy="eagle3", prompt_ids=runner.encode(
+            tiny_target, p), gen=GenSettings(max_new_tokens=8), overrides={"auto_budget": "false"})
+            for p in prompts]
+    from specviz import strategies
+    strategies.forget(tiny_target)
+    assert rb["target_forwards"] == sum(r.finished.target_forwards for r in runs)
+
+
+def test_probe_cli_refuses_a_bad_engine_variant(capsys):
+    for variant, msg in (("nope", "unknown strategy"), ("eagle3:depth=-1", "--engine")):
+        with pytest.raises(SystemExit):
+            main(["probe", "--drafter", "eagle3", "--engine", variant])
+        assert msg in capsys.readouterr().err

@@ -111,45 +111,42 @@ def test_training_precision():
             bf16_autocast("fp8", dev)
 
 
-def test_ship_and_load(tiny_target, tiny_data, tmp_path, monkeypatch):
+def test_ship_and_load(tiny_target, tiny_data, tmp_path):
     from specviz.drafters import eagle3
     tr, data = make(tiny_target, tiny_data)
-    monkeypatch.setattr(weights, "ASSETS", tmp_path)
-    monkeypatch.setattr(weights.save, "__defaults__", (tmp_path, torch.bfloat16))
-    monkeypatch.setattr(weights.load, "__defaults__", (tmp_path, None))
-    monkeypatch.setattr(weights.write_card, "__defaults__", (tmp_path,))
-    cfg = TrainConfig("eagle3", steps=2, batch_size=2, seq_len=16, eval_every=100, eval_batches=1,
-                      out_dir=str(tmp_path / "ck"))
-    train(tr, data, replace(cfg, note="A round note."), tiny_target)
-    assert (tmp_path / "eagle3.md").read_text().count("held-out") >= 2
-    assert "|\n\nA round note.\n\nReproduce:" in (tmp_path / "eagle3.md").read_text()
-    assert "of the starting weights" not in (tmp_path / "eagle3.md").read_text()
-    cover = re.search(r"\| draft vocabulary \| (\d+) tokens, covering ([\d.]+)% of the held-out",
-                      (tmp_path / "eagle3.md").read_text())
-    assert cover and 0 < float(cover[2]) <= 100
-    card = tmp_path / "eagle3.md"
-    card.write_text(card.read_text() + "\n## Measured with the engine (round 1)\n\nτ 1.5\n")
-    # a fine-tuning round's card adds its data to what the previous weights were trained on,
-    # and keeps the earlier weights' sections below its own header
-    for rnd in (2, 3):
-        train(tr, data, replace(cfg, init="shipped", out_dir=str(tmp_path / f"ck{rnd}")), tiny_target)
-        n = rnd * int(data.meta["response_tokens"])
-        text = card.read_text()
-        assert f"{rnd * int(data.meta['sequences'])} sequences" in text
-        assert f"({n} response tokens)" in text
-        assert text.count("held-out simulated chain τ of the starting weights") == 1
-        assert text.count("## Measured with the engine (round 1)\n\nτ 1.5\n") == 1
-        assert text.index("Reproduce:") < text.index("## Measured") and text.count("# `eagle3`") == 1
-        assert "|\n\nReproduce:" in text and "\n\n\n" not in text.split("## ")[0]   # no note
-        # the card names the shards, and a feature folder of its own is in the command
-        assert data.meta["shards"] == "1-2" and "answers to the offline instruction stream " \
-            "(`specviz/train/sources.py`), response shards 1-2 and to" in text
-        assert f"--data {data.folder}` with S a folder" in text
-        assert f" --data {data.folder}`." in text
-    head = eagle3.load_head(tiny_target)
-    assert torch.equal(head.vocab_ids, tr.module.vocab_ids)
-    with pytest.raises(Exception, match="another target"):
-        weights.load("eagle3", "0" * 16)
+    with weights.use(tmp_path):   # the assets folder read and written inside
+        cfg = TrainConfig("eagle3", steps=2, batch_size=2, seq_len=16, eval_every=100, eval_batches=1,
+                          out_dir=str(tmp_path / "ck"))
+        train(tr, data, replace(cfg, note="A round note."), tiny_target)
+        assert (tmp_path / "eagle3.md").read_text().count("held-out") >= 2
+        assert "|\n\nA round note.\n\nReproduce:" in (tmp_path / "eagle3.md").read_text()
+        assert "of the starting weights" not in (tmp_path / "eagle3.md").read_text()
+        cover = re.search(r"\| draft vocabulary \| (\d+) tokens, covering ([\d.]+)% of the held-out",
+                          (tmp_path / "eagle3.md").read_text())
+        assert cover and 0 < float(cover[2]) <= 100
+        card = tmp_path / "eagle3.md"
+        card.write_text(card.read_text() + "\n## Measured with the engine (round 1)\n\nτ 1.5\n")
+        # a fine-tuning round's card adds its data to what the previous weights were trained on,
+        # and keeps the earlier weights' sections below its own header
+        for rnd in (2, 3):
+            train(tr, data, replace(cfg, init="shipped", out_dir=str(tmp_path / f"ck{rnd}")), tiny_target)
+            n = rnd * int(data.meta["response_tokens"])
+            text = card.read_text()
+            assert f"{rnd * int(data.meta['sequences'])} sequences" in text
+            assert f"({n} response tokens)" in text
+            assert text.count("held-out simulated chain τ of the starting weights") == 1
+            assert text.count("## Measured with the engine (round 1)\n\nτ 1.5\n") == 1
+            assert text.index("Reproduce:") < text.index("## Measured") and text.count("# `eagle3`") == 1
+            assert "|\n\nReproduce:" in text and "\n\n\n" not in text.split("## ")[0]   # no note
+            # the card names the shards, and a feature folder of its own is in the command
+            assert data.meta["shards"] == "1-2" and "answers to the offline instruction stream " \
+                "(`specviz/train/sources.py`), response shards 1-2 and to" in text
+            assert f"--data {data.folder}` with S a folder" in text
+            assert f" --data {data.folder}`." in text
+        head = eagle3.load_head(tiny_target)
+        assert torch.equal(head.vocab_ids, tr.module.vocab_ids)
+        with pytest.raises(Exception, match="another target"):
+            weights.load("eagle3", "0" * 16)
 
 
 def test_fine_tuning_starts_from_shipped_weights(tiny_target, tiny_data):

@@ -1,7 +1,9 @@
 """Shipped drafter weights: safetensors files in assets/ with the target fingerprint and config,
 and a model card per drafter.
 
-Boundary: files only. `save` writes `assets/<id>.safetensors` (or `<id>-00001-of-0000N...` shards,
+Boundary: files only. The folder is `SPECVIZ_ASSETS` (default assets/), or the one `use(dir)` sets
+for the code inside it (a context variable: another thread keeps its own), so that one process can
+run the engine on two weight sets in turn (`train probe --engine`). `save` writes `<id>.safetensors` (or `<id>-00001-of-0000N...` shards,
 each at most MAX_FILE_BYTES) in bf16 for floating tensors; `load` checks the fingerprint and
 returns (tensors, config), raising DrafterUnavailable with a how-to-fix message when the files
 are missing or were trained for another target.
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 import torch
@@ -20,9 +24,26 @@ from specviz.drafters.base import DrafterUnavailable
 
 ASSETS = Path(os.environ.get("SPECVIZ_ASSETS", Path(__file__).resolve().parents[2] / "assets"))
 MAX_FILE_BYTES = 16 * 1024 * 1024 - 64 * 1024   # under 16 MiB with room for the header
+_folder: ContextVar[Path] = ContextVar("assets", default=ASSETS)
 
 
-def files(drafter_id: str, assets: Path = ASSETS) -> list[Path]:
+def folder() -> Path:
+    """The assets folder weights are read from and written to here and now."""
+    return _folder.get()
+
+
+@contextmanager
+def use(assets: Path):
+    """Read and write weights in `assets` inside the block (drafters built there keep theirs)."""
+    token = _folder.set(Path(assets))
+    try:
+        yield
+    finally:
+        _folder.reset(token)
+
+
+def files(drafter_id: str, assets: Path | None = None) -> list[Path]:
+    assets = assets or folder()
     single = assets / f"{drafter_id}.safetensors"
     if single.exists():
         return [single]
@@ -30,8 +51,9 @@ def files(drafter_id: str, assets: Path = ASSETS) -> list[Path]:
 
 
 def save(drafter_id: str, tensors: dict[str, torch.Tensor], config: dict, fingerprint: str,
-         assets: Path = ASSETS, dtype: torch.dtype = torch.bfloat16) -> list[Path]:
+         assets: Path | None = None, dtype: torch.dtype = torch.bfloat16) -> list[Path]:
     """Write the weights (floating tensors cast to dtype), sharded under MAX_FILE_BYTES."""
+    assets = assets or folder()
     assets.mkdir(parents=True, exist_ok=True)
     for old in files(drafter_id, assets):
         old.unlink()
@@ -57,10 +79,11 @@ def save(drafter_id: str, tensors: dict[str, torch.Tensor], config: dict, finger
     return paths
 
 
-def load(drafter_id: str, fingerprint: str, assets: Path = ASSETS,
+def load(drafter_id: str, fingerprint: str, assets: Path | None = None,
          train_hint: str | None = None) -> tuple[dict[str, torch.Tensor], dict]:
     """(tensors in float32 / their integer type, config) for the drafter, checked against the
     target's fingerprint."""
+    assets = assets or folder()
     hint = train_hint or drafter_id
     paths = files(drafter_id, assets)
     if not paths:
@@ -83,7 +106,7 @@ def load(drafter_id: str, fingerprint: str, assets: Path = ASSETS,
     return tensors, config
 
 
-def write_card(drafter_id: str, text: str, assets: Path = ASSETS) -> Path:
-    path = assets / f"{drafter_id}.md"
+def write_card(drafter_id: str, text: str, assets: Path | None = None) -> Path:
+    path = (assets or folder()) / f"{drafter_id}.md"
     path.write_text(text)
     return path

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import sys
 from pathlib import Path
 
 from specviz.models.kernels import PRECISIONS
@@ -214,9 +215,24 @@ def probe_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=str(probe.PROBE_DIR), help="the answers' feature folder")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--precision", choices=PRECISIONS, default="auto")
+    p.add_argument("--engine", default="", metavar="VARIANT",
+                   help="also run the engine (greedy) on the probe prompts with each weight set "
+                        "and pair its τ by prompt: a bench variant such as "
+                        "eagle3:auto_budget=false (timing-free without auto_budget)")
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
     machine_args(p)
     return p
+
+
+def print_report(r: dict, detail: str) -> None:
+    """One weight set's probe report: τ, its interval, `detail`, the pairing, by category."""
+    lo, hi = r["ci95"]
+    line = f"{r['assets']}: τ {r['tau']:.3f} [{lo:.3f}, {hi:.3f}], {detail}"
+    if "vs_first" in r:
+        d = r["vs_first"]
+        line += f"; vs the first: {d['delta']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
+    print(line)
+    print("   by category: " + ", ".join(f"{c} {t:.2f}" for c, t in r["tau_by_category"].items()))
 
 
 def main_probe(argv: list[str]) -> int:
@@ -232,32 +248,41 @@ def main_probe(argv: list[str]) -> int:
         p.error(f"unknown drafter {args.drafter!r}; choose from {', '.join([*TRAINERS, *ALIASES])}")
     if not 1 <= args.max_new_tokens <= 1024:
         p.error("--max-new-tokens must be in 1..1024")
+    if args.engine:
+        from specviz.strategies import parse_variant
+        try:
+            parse_variant(args.engine)
+        except ValueError as exc:      # an unknown strategy or setting
+            p.error(f"--engine: {exc}")
     try:
-        categories = [x.category or "-" for x in read_prompts(args.prompts)]
+        rows = read_prompts(args.prompts)
     except BadRequest as exc:
         p.error(str(exc))
+    categories = [x.category or "-" for x in rows]
     target = embedded_target(args)
     folder = probe.features(target, Path(args.prompts), Path(args.data), args.max_new_tokens)
+    folders = [Path(a) for a in args.assets or [ASSETS]]
+    engine = []
     try:
-        reports = probe.score(target, did, [Path(a) for a in args.assets or [ASSETS]], folder,
-                              categories, args.precision)
+        reports = probe.score(target, did, folders, folder, categories, args.precision)
+        if args.engine:
+            engine = probe.engine_score(target, args.engine, folders, [x.prompt for x in rows],
+                                        categories, args.max_new_tokens,
+                                        log=lambda s: print(s, file=sys.stderr, flush=True))
     except DrafterUnavailable as exc:
         p.error(str(exc))
     if args.json:
-        print(json.dumps(reports, indent=1))
+        print(json.dumps({"teacher_forced": reports, "engine": engine}, indent=1))
         return 0
     print(f"{did} on {args.prompts} ({len(categories)} prompts, the target's greedy answers, "
           "teacher-forced)")
     for r in reports:
-        lo, hi = r["ci95"]
-        line = (f"{r['assets']}: τ {r['tau']:.3f} [{lo:.3f}, {hi:.3f}], n {r['n']}, acceptance "
-                f"by position {r['acc_per_position']}")
-        if "vs_first" in r:
-            d = r["vs_first"]
-            line += f"; vs the first: {d['delta']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
-        print(line)
-        print("   by category: " + ", ".join(f"{c} {t:.2f}" for c, t in
-                                             r["tau_by_category"].items()))
+        print_report(r, f"n {r['n']}, acceptance by position {r['acc_per_position']}")
+    if engine:
+        print(f"{args.engine} in the engine, greedy, {args.max_new_tokens} new tokens at most "
+              "(τ = new tokens / target forwards)")
+    for r in engine:
+        print_report(r, f"{r['tokens']} tokens in {r['target_forwards']} target forwards")
     return 0
 
 

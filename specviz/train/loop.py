@@ -303,7 +303,7 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
     also = f" and to {selfi} instructions the target wrote itself (self-instruct)" if selfi else ""
     start = ("fine-tuned from the weights previously shipped in assets/ (their card's data and "
              "steps come before these)" if cfg.init == "shipped" else "fresh weights")
-    previous = weights.ASSETS / f"{cfg.drafter_id}.md"
+    previous = weights.folder() / f"{cfg.drafter_id}.md"
     before = previous.read_text(encoding="utf-8") if cfg.init == "shipped" and previous.exists() else ""
     summed = summed_data_row(before, meta)
     note = f"\n{cfg.note}\n" if cfg.note else ""      # one blank line either side, or none

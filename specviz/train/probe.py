@@ -11,7 +11,11 @@ rank changes, card notes of 2026-12-03) and the 16 dev prompts give ~1.5k. Sever
 (assets folders) are scored on the same positions, with a 95% interval over prompts from a
 bootstrap, and paired against the first one.
 
-Boundary: scores only; no engine, no timing, nothing written to assets/.
+`--engine VARIANT` adds what the teacher-forced chain cannot see (the tree, the engine's own
+drafting): each weight set's engine τ (new tokens per target forward, timing-free with
+auto_budget=false) over the same prompts, greedy, paired by prompt with a bootstrap interval.
+
+Boundary: scores only; nothing timed, nothing written to assets/.
 """
 from __future__ import annotations
 
@@ -91,24 +95,37 @@ def lead(hits: torch.Tensor) -> torch.Tensor:
     return hits.long().cumprod(-1).sum(-1) if len(hits) else torch.zeros(0, dtype=torch.long)
 
 
-def interval(per_prompt: list[torch.Tensor], seed: int = 0) -> tuple[float, float]:
-    """A 95% bootstrap interval of the mean over all positions of per-prompt values, resampling
-    prompts (positions within one answer are not independent)."""
-    sums = np.array([float(x.sum()) for x in per_prompt])
-    counts = np.array([len(x) for x in per_prompt])
-    rng = np.random.default_rng(seed)
-    pick = rng.integers(len(sums), size=(RESAMPLES, len(sums)))
-    means = sums[pick].sum(1) / np.maximum(counts[pick].sum(1), 1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
+def resampled(num: np.ndarray, den: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Σ num / Σ den over RESAMPLES bootstrap resamples of the prompts (positions within one
+    answer are not independent); arrays of one length and seed share their resamples, so two
+    weight sets' figures pair."""
+    pick = np.random.default_rng(seed).integers(len(num), size=(RESAMPLES, len(num)))
+    return num[pick].sum(1) / np.maximum(den[pick].sum(1), 1)
+
+
+def ci95(samples: np.ndarray) -> tuple[float, float]:
+    lo, hi = np.percentile(samples, [2.5, 97.5])
     return round(float(lo), 4), round(float(hi), 4)
 
 
-def paired(a: list[torch.Tensor], b: list[torch.Tensor], seed: int = 0) -> dict:
-    """τ(b) - τ(a) on the same positions, with a 95% bootstrap interval over prompts."""
-    diff = [lb.float() - la.float() for la, lb in zip(a, b)]
-    n = sum(len(d) for d in diff)
-    return {"delta": round(sum(float(d.sum()) for d in diff) / max(n, 1), 4),
-            "ci95": interval(diff, seed)}
+def sums(per_prompt: list[torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
+    """Per prompt: (sum of the values, their count)."""
+    return (np.array([float(x.sum()) for x in per_prompt]),
+            np.array([len(x) for x in per_prompt], dtype=float))
+
+
+def interval(per_prompt: list[torch.Tensor], seed: int = 0) -> tuple[float, float]:
+    """A 95% bootstrap interval of the mean over all positions of per-prompt values."""
+    return ci95(resampled(*sums(per_prompt), seed))
+
+
+def paired(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray],
+           seed: int = 0) -> dict:
+    """Ratio Σnum/Σden of b minus that of a, per-prompt (num, den) arrays of the same prompts,
+    with a 95% bootstrap interval over prompts."""
+    delta = b[0].sum() / max(b[1].sum(), 1) - a[0].sum() / max(a[1].sum(), 1)
+    return {"delta": round(float(delta), 4),
+            "ci95": ci95(resampled(*b, seed) - resampled(*a, seed))}
 
 
 def score(target, drafter_id: str, assets_dirs: list[Path], folder: Path,
@@ -129,6 +146,51 @@ def score(target, drafter_id: str, assets_dirs: list[Path], folder: Path,
         if first is None:
             first = leads
         else:
-            r["vs_first"] = paired(first, leads)
+            r["vs_first"] = paired(sums(first), sums(leads))
+        reports.append(r)
+    return reports
+
+
+def engine_runs(target, variant: str, prompts: list[str], assets: Path,
+                max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """(new tokens, target forwards) per prompt of the engine's greedy runs of `variant` (a
+    bench variant, "ID[:KEY=VALUE...]") with the weights in `assets`."""
+    from specviz import runner, strategies
+    from specviz.engine.decode import GenSettings
+    sid, overrides = strategies.parse_variant(variant)
+    tokens, forwards = [], []
+    with weights.use(assets):
+        strategies.forget(target)     # drafters are built anew from this folder
+        try:
+            for prompt in prompts:
+                run = runner.generate(target, strategy=sid, prompt_ids=runner.encode(target, prompt),
+                                      gen=GenSettings(max_new_tokens=max_new_tokens),
+                                      overrides=overrides)
+                tokens.append(len(run.token_ids))
+                forwards.append(run.finished.target_forwards)
+        finally:
+            strategies.forget(target)
+    return np.array(tokens, dtype=float), np.array(forwards, dtype=float)
+
+
+def engine_score(target, variant: str, assets_dirs: list[Path], prompts: list[str],
+                 categories: list[str], max_new_tokens: int, log=print) -> list[dict]:
+    """One report per assets folder: the engine τ of `variant` over the prompts with its
+    interval, τ by category, and (after the first) the paired difference to the first."""
+    reports, first = [], None
+    for assets in assets_dirs:
+        log(f"engine: {variant} with {assets}, {len(prompts)} prompts")
+        runs = engine_runs(target, variant, prompts, assets, max_new_tokens)
+        r = {"assets": str(assets), "variant": variant,
+             "tau": round(float(runs[0].sum() / runs[1].sum()), 4),
+             "ci95": ci95(resampled(*runs)), "tokens": int(runs[0].sum()),
+             "target_forwards": int(runs[1].sum())}
+        cats = np.array(categories)
+        r["tau_by_category"] = {c: round(float(runs[0][cats == c].sum() / runs[1][cats == c].sum()), 3)
+                                for c in dict.fromkeys(categories)}
+        if first is None:
+            first = runs
+        else:
+            r["vs_first"] = paired(first, runs)
         reports.append(r)
     return reports

@@ -233,7 +233,7 @@ def fit_and_ship(target, z: torch.Tensor, s: torch.Tensor, prompt: torch.Tensor,
         cfg.setdefault("calibration", {})["engine"] = {
             k: report[k] for k in ("after", "blocks_fit", "blocks_report")}
         weights.save(ID, tensors, cfg, target.fingerprint)
-        card = weights.ASSETS / f"{ID}.md"
+        card = weights.folder() / f"{ID}.md"
         weights.write_card(ID, with_section(card.read_text(), card_section(report, cmd)))
     return report
 
