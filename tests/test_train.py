@@ -254,6 +254,8 @@ def test_drafter_flags_reach_the_reproduce_line():
                                 "7", "--precision", "fp32"])
     assert drafter_flags(args) == " --draft-vocab 8192 --ttt-steps 7 --precision fp32"
     assert drafter_flags(parser().parse_args(["--drafter", "dspark"])) == ""
+    assert drafter_flags(parser().parse_args(["--drafter", "dspark", "--position-decay", "3"])
+                         ) == " --position-decay 3"
 
 
 def test_the_cli_defaults_are_the_train_configs():
@@ -282,6 +284,25 @@ def test_ttt_steps_reach_the_eagle3_trainable(tiny_target):
     assert eagle3(tiny_target, args).steps == 7
     args.ttt_steps = 0
     assert eagle3(tiny_target, args).steps == TTT_STEPS == 4
+
+
+def test_position_decay_reaches_the_block_trainables_loss_weights(tiny_target):
+    """`--position-decay G` sets the block drafters' position weights exp(-(k-1)/G); 0 keeps the
+    published 7 (B = 16) and 4 (B = 8); other drafters refuse it."""
+    from specviz.train.blocks import dflash_b8, dflash_b16, labels
+    from specviz.train.cli import main, parser
+    args = parser().parse_args(["--drafter", "dflash-b16", "--position-decay", "2.5"])
+    args.shipped_vocab = torch.arange(100, 300)
+    tr = dflash_b16(tiny_target, args)
+    assert tr.gamma_w == 2.5
+    batch = {"tokens": torch.zeros(1, 40, dtype=torch.long), "valid": torch.ones(1, 40),
+             "loss_mask": torch.ones(1, 40)}
+    _, w = labels(batch, torch.tensor([[3]]), 16, 1, tr.gamma_w)
+    assert torch.allclose(w[0, 0, 1:], torch.exp(-torch.arange(15) / 2.5)) and w[0, 0, 0] == 0
+    args.position_decay = 0
+    assert dflash_b16(tiny_target, args).gamma_w == 7.0 and dflash_b8(tiny_target, args).gamma_w == 4.0
+    with pytest.raises(SystemExit):
+        main(["--drafter", "eagle3", "--position-decay", "3"])
 
 
 def test_a_deeper_block_drafter_grows_from_shallower_weights(tiny_target):

@@ -225,11 +225,16 @@ class BlockTrainable:
                 f"Temperatures T_k: {c['temperatures']}; biases b_k: {c['biases']}.")
 
 
+def position_decay(args, size: int) -> float:
+    """γ_w of the position weights: `--position-decay`, else the published 7 (B = 16) or 4."""
+    return getattr(args, "position_decay", 0.0) or (7.0 if size >= 16 else 4.0)
+
+
 def dflash(target, args, size: int) -> BlockTrainable:
     vocab = drafter_vocab(args, target.vocab)
     bb = BlockBackbone(LayerShape.of(target), vocab, target.vocab, init.depth(args, LAYERS))
     init.block_backbone(bb, target)
-    return BlockTrainable(target, bb, size, off=1, gamma_w=7.0 if size >= 16 else 4.0)
+    return BlockTrainable(target, bb, size, off=1, gamma_w=position_decay(args, size))
 
 
 def dflash_b8(target, args) -> BlockTrainable:
@@ -246,5 +251,5 @@ def dspark(target, args, size: int = 16) -> BlockTrainable:
                         n_layers=init.depth(args, LAYERS), rank=MARKOV_RANK)
     init.block_backbone(model.backbone, target)
     held = TrainData(args.data, model.backbone.taps)
-    return BlockTrainable(target, model.backbone, size, off=0, gamma_w=7.0, dspark=model,
-                          heldout=held)
+    return BlockTrainable(target, model.backbone, size, off=0, gamma_w=position_decay(args, size),
+                          dspark=model, heldout=held)

@@ -37,7 +37,8 @@ TRAINERS = {
     "dspark": "specviz.train.blocks:dspark",
 }
 ALIASES = {"eagle2": "eagle1"}   # same weights
-DEEPENABLE = ("peagle", "dflash-b8", "dflash-b16", "dspark")   # the ones that read --layers
+BLOCKS = ("dflash-b8", "dflash-b16", "dspark")   # block drafters: they read --position-decay
+DEEPENABLE = ("peagle", *BLOCKS)                 # the ones that read --layers
 
 
 def machine_args(p: argparse.ArgumentParser) -> None:
@@ -95,6 +96,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ttt-steps", type=int, default=0, metavar="N",
                    help="eagle3: unrolled steps of the training-time test (0 = its default, 4; "
                         "the engine drafts up to depth 7)")
+    p.add_argument("--position-decay", type=float, default=0.0, metavar="G",
+                   help="block drafters (dflash-*, dspark): loss weight exp(-(k-1)/G) of draft "
+                        "position k (0 = the published default: 7 for B = 16, 4 for B = 8); a "
+                        "smaller G puts the loss on the first drafts, which decide τ when few "
+                        "are accepted")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="bf16 autocast for the drafter's forward and loss: auto = on CUDA and on "
                         "a CPU with native bfloat16 (AMX, AVX512-BF16), 1.5-2x the steps per "
@@ -107,7 +113,8 @@ def drafter_flags(args) -> str:
     """The options of a training run that shape the drafter or its loss, as typed (for the
     model card's Reproduce line); those left at their default are omitted."""
     given = [("--layers", args.layers), ("--draft-vocab", args.draft_vocab),
-             ("--ttt-steps", args.ttt_steps), ("--greedy-mix", args.greedy_mix)]
+             ("--ttt-steps", args.ttt_steps), ("--greedy-mix", args.greedy_mix),
+             ("--position-decay", args.position_decay)]
     flags = "".join(f" {name} {value:g}" for name, value in given if value)
     return flags + (f" --precision {args.precision}" if args.precision != "auto" else "")
 
@@ -333,6 +340,10 @@ def main(argv: list[str] | None = None) -> int:
             parser().error(f"--ttt-steps applies to eagle3, not {args.drafter}")
         if not 0 <= args.ttt_steps <= 12:
             parser().error("--ttt-steps must be in 0..12 (0 = the default)")
+        if args.position_decay and did not in BLOCKS:
+            parser().error(f"--position-decay applies to {', '.join(BLOCKS)}, not {args.drafter}")
+        if not 0 <= args.position_decay <= 64:
+            parser().error("--position-decay must be in [0, 64] (0 = the default)")
         module, fn = TRAINERS[did].split(":")
         factory = getattr(importlib.import_module(module), fn)
         shipped = None
