@@ -150,3 +150,37 @@ def test_report_on_a_prompt_file_scores_the_shipped_calibration(target, tmp_path
     with pytest.raises(SystemExit) as exit_:
         cli.main(["calibrate", "--report-on", str(tmp_path / "none.jsonl")])
     assert exit_.value.code == 2 and "cannot read prompt file" in capsys.readouterr().err
+
+
+def test_fit_on_a_prompt_file_ships_into_the_folder_in_use(target, tmp_path, capsys):
+    """`train calibrate --fit-on FILE`: the engine runs of the file's prompts are fitted (even
+    prompts) and reported (odd ones); the fit is written, with a card section naming the file,
+    into the assets folder in use, here a copy, so assets/ is untouched."""
+    import json
+    import shutil
+
+    from specviz.drafters import weights
+    from specviz.train import cli, recalibrate
+    before = [f.read_bytes() for f in weights.files("dspark")]
+    folder = tmp_path / "assets"
+    folder.mkdir()
+    for f in [*weights.files("dspark"), weights.ASSETS / "dspark.md"]:
+        shutil.copy(f, folder)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": p}) + "\n" for i, p in
+                               enumerate(["Name three colours.", "What is 2 + 3?",
+                                          "Say hello in French.", "List two fruits."])))
+    with weights.use(folder):
+        report = recalibrate.run(target, max_new_tokens=10, prompt_file=prompts,
+                                 cmd="python -m specviz train calibrate --fit-on p.jsonl",
+                                 log=lambda _: None)
+        shipped, _ = weights.load("dspark", target.fingerprint)
+    assert report["prompts"] == 4 and report["prompt_file"] == "p.jsonl"
+    assert torch.equal(shipped["temperature"], torch.tensor(report["temperatures"]))
+    card = (folder / "dspark.md").read_text()
+    assert "(4 prompts of p.jsonl, which no training shard answers; greedy, 10 new tokens" in card
+    assert card.count(recalibrate.SECTION) == 1
+    assert [f.read_bytes() for f in weights.files("dspark")] == before
+    with pytest.raises(SystemExit):
+        cli.main(["calibrate", "--fit-on", str(prompts), "--report-on", str(prompts)])
+    assert "not both" in capsys.readouterr().err

@@ -162,6 +162,9 @@ def calibrate_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", default="",
                    help="keep the engine runs in this file and reuse them on a later call while "
                         "the drafter's weights (calibration aside) and these settings are the same")
+    p.add_argument("--fit-on", default="", metavar="PROMPTS",
+                   help="fit on engine runs of this prompt file's prompts (bench's jsonl, e.g. "
+                        "data/probe.jsonl) instead of held-out instructions (--per-source)")
     p.add_argument("--report-on", default="", metavar="PROMPTS",
                    help="fit nothing: score the shipped calibration on engine runs of this prompt "
                         "file's prompts (bench's jsonl format), per position")
@@ -178,27 +181,33 @@ def print_positions(scored: dict, positions: int) -> None:
 
 def main_calibrate(argv: list[str]) -> int:
     args = calibrate_parser().parse_args(argv)
+    if args.fit_on and args.report_on:
+        calibrate_parser().error("give --fit-on or --report-on, not both")
     if not 1 <= args.per_source <= 200:
         calibrate_parser().error("--per-source must be in 1..200")
     if args.max_new_tokens < 1:
         calibrate_parser().error("--max-new-tokens must be at least 1")
+    from specviz.bench import read_prompts
+    from specviz.engine.decode import BadRequest
     from specviz.train import recalibrate
-    if args.report_on:
-        from specviz.bench import read_prompts
-        from specviz.engine.decode import BadRequest
+    if args.report_on or args.fit_on:
         try:
-            prompts = [p.prompt for p in read_prompts(args.report_on)]
+            prompts = [p.prompt for p in read_prompts(args.report_on or args.fit_on)]
         except BadRequest as exc:
             calibrate_parser().error(str(exc))
+    if args.report_on:
         scored = recalibrate.report_on(embedded_target(args), prompts, args.max_new_tokens)
         print(f"{args.report_on}: {scored['prompts']} prompts, {scored['blocks']} blocks, the "
               "full block verified, greedy; the shipped calibration")
         print_positions(scored, recalibrate.POSITIONS)
         return 0
+    if args.fit_on and len(prompts) < 2:
+        calibrate_parser().error("--fit-on needs two prompts at least (half fit, half report)")
     target = embedded_target(args)
     report = recalibrate.run(target, args.per_source, args.max_new_tokens, ship=not args.no_ship,
                              cmd="python -m specviz train calibrate " + " ".join(argv),
-                             runs=Path(args.runs) if args.runs else None)
+                             runs=Path(args.runs) if args.runs else None,
+                             prompt_file=Path(args.fit_on) if args.fit_on else None)
     print_positions(report["after"], recalibrate.POSITIONS)
     print(f"(before: ECE {report['before']['ece']:.3f})"
           + ("" if args.no_ship else "; written to assets/"))

@@ -7,6 +7,10 @@ writes them into the shipped weights and a section of the model card. Called by
 `python -m specviz train calibrate` (`--report-on FILE` scores the shipped calibration on a prompt
 file's engine runs instead).
 
+The prompts can also come from a prompt file (`--fit-on`), e.g. the hand-written probe prompts
+(data/probe.jsonl), which no shard answers and which are worded like the prompts the app
+serves rather than like the instruction stream's templates.
+
 Why engine runs and not the training file's held-out sequences: the prefix survival a_j is read
 as a probability by the confidence-prefix view and by the schedulers, so it has to be one on the
 prompts the app serves. Fitting on held-out crops of the training data left a_1 at 0.44 against
@@ -151,10 +155,13 @@ def card_section(report: dict, cmd: str) -> str:
         f"| {b['position']} | {b['mean_a']:.3f} | {a['mean_a']:.3f} | {a['realized']:.3f} | "
         f"{a['gap']:+.3f} | {b['ece']:.3f} | {a['ece']:.3f} |"
         for b, a in zip(before["by_position"], after["by_position"]))
+    what = (f"{report['prompts']} prompts of {report['prompt_file']}, which no training shard "
+            "answers" if "prompt_file" in report else
+            f"{report['prompts']} held-out instructions: {report['per_source']} x {MIX} by "
+            f"instruction source, the evaluation categories' mix; stream indices "
+            f"{FIRST_INDEX}..{FIRST_INDEX + SPAN - 1}")
     return (f"{SECTION}\n\n"
-            f"`{cmd}` ({report['prompts']} held-out instructions: {report['per_source']} x "
-            f"{MIX} by instruction source, the evaluation categories' mix; stream indices "
-            f"{FIRST_INDEX}..{FIRST_INDEX + SPAN - 1}; greedy, {report['max_new_tokens']} new "
+            f"`{cmd}` ({what}; greedy, {report['max_new_tokens']} new "
             f"tokens, the full block verified). Fit on half the prompts ({report['blocks_fit']} "
             f"blocks), reported on the other half ({report['blocks_report']} blocks). "
             f"c_k = σ(z_k / T_k + b_k) with temperatures T_k: "
@@ -199,20 +206,29 @@ def saved_runs(path: Path, about: dict) -> tuple[torch.Tensor, ...] | None:
 
 def run(target, per_source: int = 8, max_new_tokens: int = 128, ship: bool = True,
         cmd: str = "python -m specviz train calibrate", runs: Path | None = None,
-        log=print) -> dict:
-    """Collect on fresh calibration instructions (or reuse `runs` when it holds this drafter's
-    runs at these settings; a new collection is saved there), fit, and (with `ship`) write the
-    result."""
-    check_unused()
-    items = instructions(per_source)
-    about = {"prompts": len(items), "per_source": per_source, "max_new_tokens": max_new_tokens}
+        prompt_file: Path | None = None, log=print) -> dict:
+    """Collect on fresh calibration instructions, or on the prompts of `prompt_file` (bench's
+    jsonl; hand-written ones such as data/probe.jsonl are worded like the prompts the app
+    serves), or reuse `runs` when it holds this drafter's runs at these settings (a new
+    collection is saved there); fit, and (with `ship`) write the result."""
+    if prompt_file is not None:
+        from specviz.bench import read_prompts
+        from specviz.train.data import file_digest
+        prompts = [p.prompt for p in read_prompts(prompt_file)]
+        about = {"prompts": len(prompts), "prompt_file": Path(prompt_file).name,
+                 "prompt_sha256": file_digest(Path(prompt_file)), "max_new_tokens": max_new_tokens}
+    else:
+        check_unused()
+        prompts = [it["prompt"] for it in instructions(per_source)]
+        about = {"prompts": len(prompts), "per_source": per_source,
+                 "max_new_tokens": max_new_tokens}
     key = about | {"weights": weights_digest(target)}
     kept = saved_runs(Path(runs), key) if runs else None
     if kept is not None:
         log(f"reusing the engine runs in {runs}")
         z, s, prompt = kept
     else:
-        z, s, prompt = collect(target, [it["prompt"] for it in items], max_new_tokens, log)
+        z, s, prompt = collect(target, prompts, max_new_tokens, log)
         if runs:
             save_runs(Path(runs), z, s, prompt, key)
     return fit_and_ship(target, z, s, prompt, ship=ship, cmd=cmd, about=about)
