@@ -3,10 +3,11 @@ and a model card per drafter.
 
 Boundary: files only. The folder is `SPECVIZ_ASSETS` (default assets/), or the one `use(dir)` sets
 for the code inside it (a context variable: another thread keeps its own), so that one process can
-run the engine on two weight sets in turn (`train probe --engine`). `save` writes `<id>.safetensors` (or `<id>-00001-of-0000N...` shards,
-each at most MAX_FILE_BYTES) in bf16 for floating tensors; `load` checks the fingerprint and
-returns (tensors, config), raising DrafterUnavailable with a how-to-fix message when the files
-are missing or were trained for another target.
+run the engine on two weight sets in turn (`train probe --engine`). `save` writes
+`<id>.safetensors` (or `<id>-00001-of-0000N...` shards, each at most MAX_FILE_BYTES) in bf16 for
+floating tensors; `load` checks the fingerprint and returns (tensors, config), raising
+DrafterUnavailable with a how-to-fix message when the files are missing or were trained for
+another target.
 """
 from __future__ import annotations
 

@@ -114,11 +114,6 @@ def sums(per_prompt: list[torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
             np.array([len(x) for x in per_prompt], dtype=float))
 
 
-def interval(per_prompt: list[torch.Tensor], seed: int = 0) -> tuple[float, float]:
-    """A 95% bootstrap interval of the mean over all positions of per-prompt values."""
-    return ci95(resampled(*sums(per_prompt), seed))
-
-
 def paired(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray],
            seed: int = 0) -> dict:
     """Ratio Σnum/Σden of b minus that of a, per-prompt (num, den) arrays of the same prompts,
@@ -128,27 +123,36 @@ def paired(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray],
             "ci95": ci95(resampled(*b, seed) - resampled(*a, seed))}
 
 
+def by_category(categories: list[str], num: np.ndarray, den: np.ndarray) -> dict[str, float]:
+    """Σ num / Σ den over each category's prompts (per-prompt arrays), categories with den > 0."""
+    cats = np.array(categories)
+    return {c: float(num[cats == c].sum() / den[cats == c].sum())
+            for c in dict.fromkeys(categories) if den[cats == c].sum() > 0}
+
+
+def paired_with_first(reports: list[dict], per_prompt: list[tuple[np.ndarray, np.ndarray]]
+                      ) -> list[dict]:
+    """Each report after the first gains `vs_first`: its (num, den) per prompt paired with the
+    first folder's."""
+    for r, x in zip(reports[1:], per_prompt[1:]):
+        r["vs_first"] = paired(per_prompt[0], x)
+    return reports
+
+
 def score(target, drafter_id: str, assets_dirs: list[Path], folder: Path,
           categories: list[str], precision: str = "auto") -> list[dict]:
     """One report per assets folder: τ with its interval, acceptance by position, τ by
     category, and (after the first) the paired difference to the first."""
-    reports, first = [], None
+    reports, per_prompt = [], []
     for assets in assets_dirs:
         per = hits_by_prompt(trainable_for(target, drafter_id, assets), folder, precision)
-        leads = [lead(h) for h in per]
-        lo, hi = interval(leads)
+        leads = sums([lead(h) for h in per])
+        lo, hi = ci95(resampled(*leads))
         r = acceptance(torch.cat(per)) | {"assets": str(assets), "ci95": (round(1 + lo, 4), round(1 + hi, 4))}
-        by_cat: dict[str, list[torch.Tensor]] = {}
-        for c, x in zip(categories, leads):
-            by_cat.setdefault(c, []).append(x)
-        r["tau_by_category"] = {c: round(1 + float(torch.cat(xs).float().mean()), 3)
-                                for c, xs in by_cat.items() if sum(map(len, xs))}
-        if first is None:
-            first = leads
-        else:
-            r["vs_first"] = paired(sums(first), sums(leads))
+        r["tau_by_category"] = {c: round(1 + t, 3) for c, t in by_category(categories, *leads).items()}
         reports.append(r)
-    return reports
+        per_prompt.append(leads)
+    return paired_with_first(reports, per_prompt)
 
 
 def engine_runs(target, variant: str, prompts: list[str], assets: Path,
@@ -177,20 +181,15 @@ def engine_score(target, variant: str, assets_dirs: list[Path], prompts: list[st
                  categories: list[str], max_new_tokens: int, log=print) -> list[dict]:
     """One report per assets folder: the engine τ of `variant` over the prompts with its
     interval, τ by category, and (after the first) the paired difference to the first."""
-    reports, first = [], None
+    reports, per_prompt = [], []
     for assets in assets_dirs:
         log(f"engine: {variant} with {assets}, {len(prompts)} prompts")
         runs = engine_runs(target, variant, prompts, assets, max_new_tokens)
-        r = {"assets": str(assets), "variant": variant,
-             "tau": round(float(runs[0].sum() / runs[1].sum()), 4),
-             "ci95": ci95(resampled(*runs)), "tokens": int(runs[0].sum()),
-             "target_forwards": int(runs[1].sum())}
-        cats = np.array(categories)
-        r["tau_by_category"] = {c: round(float(runs[0][cats == c].sum() / runs[1][cats == c].sum()), 3)
-                                for c in dict.fromkeys(categories)}
-        if first is None:
-            first = runs
-        else:
-            r["vs_first"] = paired(first, runs)
-        reports.append(r)
-    return reports
+        reports.append({"assets": str(assets), "variant": variant,
+                        "tau": round(float(runs[0].sum() / runs[1].sum()), 4),
+                        "ci95": ci95(resampled(*runs)), "tokens": int(runs[0].sum()),
+                        "target_forwards": int(runs[1].sum()),
+                        "tau_by_category": {c: round(t, 3) for c, t in
+                                            by_category(categories, *runs).items()}})
+        per_prompt.append(runs)
+    return paired_with_first(reports, per_prompt)
