@@ -52,12 +52,13 @@ class Target:
         self.eos_ids |= {gen_eos} if isinstance(gen_eos, int) else set(gen_eos or [])
 
     @classmethod
-    def load(cls, name: str = EMBEDDED, device: str = "auto", threads: int | None = None) -> "Target":
+    def load(cls, name: str = EMBEDDED, device: str = "auto", threads: int | None = None,
+             dtype: torch.dtype | None = None) -> "Target":
         """The model with its linear layers prepacked for oneDNN and grouped-query attention
-        kept grouped, on CPU (kernels.py)."""
+        kept grouped, on CPU (kernels.py); dtype None = the device's default (bf16 on CUDA)."""
         if threads:
             torch.set_num_threads(threads)
-        model, tok, model_id = load_model(name, device)
+        model, tok, model_id = load_model(name, device, dtype)
         target = cls(use_grouped_sdpa(pack_linears(model)), tok, model_id)
         target.warm_up()
         return target
@@ -65,11 +66,13 @@ class Target:
     # --- identity --------------------------------------------------------------------------
     @property
     def fingerprint(self) -> str:
-        """A short hash of the config and the embedding row sums: drafters check it on load."""
+        """A short hash of the config and the embedding row sums: drafters check it on load. The
+        sums are taken in float64 on the CPU, so that no device or kernel's summation order can
+        move one across a rounding boundary (one of SmolLM2's sits 2e-7 from it)."""
         cfg = self.model.config
-        emb = self.model.get_input_embeddings().weight
+        emb = self.model.get_input_embeddings().weight.detach()
         sig = f"{cfg.model_type}:{self.n_layers}:{self.hidden}:{self.vocab}:" + \
-              ",".join(f"{v:.3f}" for v in emb[:64].float().sum(-1).tolist())
+              ",".join(f"{v:.3f}" for v in emb[:64].cpu().double().sum(-1).tolist())
         return hashlib.sha256(sig.encode()).hexdigest()[:16]
 
     @property

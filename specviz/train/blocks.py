@@ -29,6 +29,8 @@ from specviz.train.distill import head_logits, l1_to_target, soft_ce, to_draft, 
 
 ANCHOR_EVERY = 16    # one training block per this many crop tokens (16 in a 256-token crop)
 MARKOV_RANK = 128
+CALIBRATION_SEQS = 400   # held-out sequences the export's calibration drafts from (evenly spaced);
+                         # `train calibrate --fit-on` refits on engine runs
 LAYERS = 2           # default drafter depth: with one layer every MASK row's query is the same
                      # vector (content-free), so a row cannot ask about the anchor; the second
                      # layer's queries carry content (one layer plateaued at ~15% first-draft
@@ -118,7 +120,8 @@ class BlockTrainable:
             ce = soft_ce(U, ids, p)
             return weighted_mean(ce, w), {"ce": weighted_mean(ce, w)}
         m = self.dspark
-        prev = batch["tokens"].gather(1, (anchors[:, :, None] + torch.arange(self.size)).clamp(
+        prev = batch["tokens"].gather(1, (anchors[:, :, None] + torch.arange(
+            self.size, device=anchors.device)).clamp(
             max=batch["tokens"].shape[1] - 1).flatten(1)).view_as(row)   # true x_k (k=0: anchor)
         e, bias = m.markov(prev)
         logits = U + bias
@@ -145,7 +148,7 @@ class BlockTrainable:
                     if one["loss_mask"][0, a + 1] > 0]
             if not cand:
                 continue
-            anchors = torch.tensor([cand])
+            anchors = torch.tensor([cand], device=one["tokens"].device)
             h = block_hidden(self.backbone, self.target.embed, one, anchors, self.size)[0]
             row, _ = labels(one, anchors, self.size, self.off, self.gamma_w)
             best = rows_of(one, "topk_ids", row)[0, :, self.off:, 0]      # [n, D] target argmax
@@ -173,13 +176,16 @@ class BlockTrainable:
 
     # --- shipping -----------------------------------------------------------------------
     def calibrate(self) -> None:
-        """Sequential calibration: fit on even held-out sequences, report on odd."""
-        data = self.heldout
+        """Sequential calibration: fit on even held-out sequences, report on odd (at most
+        CALIBRATION_SEQS of them, evenly spaced: one free run each)."""
+        data, dev = self.heldout, self.head.device
+        ids = data.heldout_ids[::max(1, -(-len(data.heldout_ids) // CALIBRATION_SEQS))]
         fit, test = [], []
         with torch.no_grad():
-            for j, s in enumerate(data.heldout_ids):
-                batch = {k: v[None] for k, v in data.crop(s, 0, data.lengths[s]).items()}
-                (fit if j % 2 == 0 else test).append(self.free_run(batch))
+            for j, s in enumerate(ids):
+                batch = {k: v[None].to(dev) for k, v in data.crop(s, 0, data.lengths[s]).items()}
+                hits, z = self.free_run(batch)
+                (fit if j % 2 == 0 else test).append((hits.cpu(), z.cpu()))
         hits_f, z_f = map(torch.cat, zip(*fit))
         hits_t, z_t = map(torch.cat, zip(*test))
         temps, biases = calibrate.sequential_fit(z_f, hits_f)

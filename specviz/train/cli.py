@@ -47,9 +47,13 @@ def machine_args(p: argparse.ArgumentParser) -> None:
 
 
 def embedded_target(args):
-    """The embedded target on --device, with --threads torch threads (0 = torch's default)."""
+    """The embedded target on --device, with --threads torch threads (0 = torch's default). It
+    is float32 on every device: features, soft labels and the fingerprint are then the ones the
+    CPU engine sees, also when they are computed on a GPU (whose default is bf16)."""
+    import torch
+
     from specviz.models.target import Target
-    return Target.load("embedded", device=args.device, threads=args.threads)
+    return Target.load("embedded", device=args.device, threads=args.threads, dtype=torch.float32)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -61,6 +65,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shards", default=str(shards.SHARD_DIR), help="response shard folder")
     p.add_argument("--max-seqs", type=int, default=0, help="use the first N sequences (0 = all)")
     p.add_argument("--stdlib-chunks", type=int, default=0, help="raw stdlib source chunks")
+    p.add_argument("--feature-batch", type=int, default=0, metavar="N",
+                   help="--build-data: sequences per target pass (0 = 1 on a CPU, which is exact "
+                        "and as fast, 32 on a GPU, which is launch-bound one at a time)")
     p.add_argument("--drafter", help=f"drafter id: {', '.join([*TRAINERS, *ALIASES])}")
     p.add_argument("--data", default=str(D.FEATURE_DIR), help="feature folder")
     p.add_argument("--minutes", type=float, default=DEFAULTS.minutes, help="time budget (0 = none)")
@@ -317,10 +324,13 @@ def main(argv: list[str] | None = None) -> int:
         if not shards.shard_paths(Path(args.shards)):
             parser().error(f"no response shards in {args.shards}; write them with: "
                            "python -m specviz train data")
+        if not 0 <= args.feature_batch <= 1024:
+            parser().error("--feature-batch must be in 0..1024 (0 = by device)")
+        batch = args.feature_batch or (32 if target.device.type == "cuda" else 1)
         try:
             done = D.build_features(target, Path(args.shards), Path(args.data), args.max_seqs,
                                     args.stdlib_chunks, args.seed,
-                                    log=lambda s: print(s, flush=True))
+                                    log=lambda s: print(s, flush=True), batch=batch)
         except D.FeatureError as exc:
             parser().error(str(exc))
         speed = done["built_tokens"] / max(done["seconds"], 1e-9)

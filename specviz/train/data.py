@@ -177,7 +177,7 @@ def feature_plan(target, shard_dir: Path, max_seqs: int = 0, stdlib_chunks: int 
 
 def build_features(target, shard_dir: Path = shards.SHARD_DIR, folder: Path = FEATURE_DIR,
                    max_seqs: int = 0, stdlib_chunks: int = 0, seed: int = 0,
-                   taps: tuple[int, ...] | None = None, log=print) -> dict:
+                   taps: tuple[int, ...] | None = None, log=print, batch: int = 1) -> dict:
     """Bring the feature folder up to date with the response shards (`feature_plan`): compute
     each missing or stale file (another target, taps, format, or other sequences), skip the
     current ones, delete those no longer planned. Memory: one shard's features at a time.
@@ -201,7 +201,7 @@ def build_features(target, shard_dir: Path = shards.SHARD_DIR, folder: Path = FE
             done["tokens"] += int(have["tokens"])
             continue
         t0 = time.perf_counter()
-        n = write_features(target, rows, path, taps, want)
+        n = write_features(target, rows, path, taps, want, batch)
         dt = time.perf_counter() - t0
         log(f"{path.name}: {len(rows)} sequences, {n} tokens in {dt:.0f} s "
             f"({n / max(dt, 1e-9):.0f} tok/s)")
@@ -217,30 +217,43 @@ def build_features(target, shard_dir: Path = shards.SHARD_DIR, folder: Path = FE
 
 
 def write_features(target, rows: list[dict], path: Path, taps: tuple[int, ...],
-                   meta: dict) -> int:
+                   meta: dict, batch: int = 1) -> int:
     """Run the target over the sequences {prompt_ids, response_ids, category} and write their
-    features to `path` (atomically, with `meta` plus counts). Returns the token count."""
-    n = sum(len(r["prompt_ids"]) + len(r["response_ids"]) for r in rows)
+    features to `path` (atomically, with `meta` plus counts). Returns the token count.
+
+    `batch` sequences of similar length go through the target together, right-padded and
+    masked (a GPU is launch-bound one short sequence at a time); 1 runs each alone, which is
+    exact and no slower on a CPU."""
+    seqs = [r["prompt_ids"] + r["response_ids"] for r in rows]
+    starts = [0, *itertools.accumulate(len(q) for q in seqs)]
+    n = starts[-1]
     hs = {i: torch.empty(n, target.hidden, dtype=torch.float16) for i in taps}
     top_ids = torch.empty(n, TOPK, dtype=torch.int32)
     top_p = torch.empty(n, TOPK, dtype=torch.float16)
-    tokens, loss, starts, split = [], [], [0], []
+    by_length = sorted(range(len(seqs)), key=lambda j: len(seqs[j]))
+    groups = [by_length[g:g + batch] for g in range(0, len(seqs), batch)]
     with torch.inference_mode():
-        for r in tqdm(rows, desc=path.stem, unit="seq", leave=False):
-            seq = r["prompt_ids"] + r["response_ids"]
-            a, b = len(tokens), len(tokens) + len(seq)
-            o = target.model.model(input_ids=torch.tensor([seq], device=target.device),
+        for group in tqdm(groups, desc=path.stem, unit="batch", leave=False):
+            width = max(len(seqs[j]) for j in group)
+            ids = torch.zeros(len(group), width, dtype=torch.long)
+            mask = torch.zeros(len(group), width, dtype=torch.long)
+            for row, j in enumerate(group):
+                ids[row, :len(seqs[j])] = torch.tensor(seqs[j])
+                mask[row, :len(seqs[j])] = 1
+            o = target.model.model(input_ids=ids.to(target.device),
+                                   attention_mask=mask.to(target.device) if batch > 1 else None,
                                    output_hidden_states=True)
-            for i in taps:
-                h = o.last_hidden_state if i == target.n_layers else o.hidden_states[i]
-                hs[i][a:b] = h[0].to(torch.float16).cpu()
-            p = torch.softmax(target.lm_head(o.last_hidden_state[0]).float(), -1)
-            v, ix = p.topk(TOPK, -1)
-            top_ids[a:b], top_p[a:b] = ix.to(torch.int32).cpu(), v.to(torch.float16).cpu()
-            tokens += seq
-            loss += [0] * len(r["prompt_ids"]) + [1] * len(r["response_ids"])
-            starts.append(len(tokens))
-            split.append(int(is_heldout(r)))
+            for row, j in enumerate(group):
+                a, b = starts[j], starts[j + 1]
+                for i in taps:
+                    h = o.last_hidden_state if i == target.n_layers else o.hidden_states[i]
+                    hs[i][a:b] = h[row, :b - a].to(torch.float16).cpu()
+                logits = target.lm_head(o.last_hidden_state[row, :b - a])
+                v, ix = torch.softmax(logits.float(), -1).topk(TOPK, -1)
+                top_ids[a:b], top_p[a:b] = ix.to(torch.int32).cpu(), v.to(torch.float16).cpu()
+    tokens = [t for q in seqs for t in q]
+    loss = [m for r in rows for m in [0] * len(r["prompt_ids"]) + [1] * len(r["response_ids"])]
+    split = [int(is_heldout(r)) for r in rows]
     tensors = {"tokens": torch.tensor(tokens, dtype=torch.int32),
                "seq_starts": torch.tensor(starts, dtype=torch.int64),
                "loss_mask": torch.tensor(loss, dtype=torch.uint8),

@@ -39,7 +39,7 @@ class MtpTrainable:
         self.taps = (self.module.tap,)
         vocab = self.module.vocab
         self.head = self.target.lm_head.weight[vocab].detach()                 # [Vd, d]
-        self.lookup = vocab_lookup(vocab, self.target.vocab).to(vocab.device)
+        self.lookup = vocab_lookup(vocab, self.target.vocab).to(self.head.device)
 
     def unroll(self, batch: dict):
         """Per step j: (normed hidden [b, n, d], label row [n]) with n = T - 1 crop indices."""
