@@ -403,12 +403,13 @@ class TrainData:
 
     def coverage(self, vocab_ids: torch.Tensor) -> float:
         """The share of the held-out sequences' response tokens that lie in a draft vocabulary
-        (target ids): a drafter can never propose the others."""
+        (target ids, on any device): a drafter can never propose the others."""
         inside = hits = 0
+        vocab_ids = vocab_ids.long().cpu()           # the feature files are read on the CPU
         for s in self.heldout_ids:
             f, a, b = self._span(s, 0, self.lengths[s])
             resp = f.get_slice("tokens")[a:b].long()[f.get_slice("loss_mask")[a:b] > 0]
-            inside += int(torch.isin(resp, vocab_ids.long()).sum())
+            inside += int(torch.isin(resp, vocab_ids).sum())
             hits += len(resp)
         return inside / max(hits, 1)
 
