@@ -401,3 +401,20 @@ def test_greedy_mix_moves_label_mass_onto_the_greedy_token():
     torch.testing.assert_close(got[1], target_probs(p[1:])[0])
     torch.testing.assert_close(got.sum(-1), torch.ones(2))
     assert with_greedy(p, 0.0) is p
+
+
+@pytest.mark.parametrize("argv", [["--drafter", "eagle3", "--position-decay", "3"],
+                                  ["--drafter", "mtp", "--layers", "3"],
+                                  ["--drafter", "dflash-b16", "--ttt-steps", "5"],
+                                  ["--drafter", "eagle3", "--greedy-mix", "1.5"],
+                                  ["--drafter", "eagle3", "--draft-vocab", "10"],
+                                  ["--drafter", "nope"]])
+def test_bad_drafter_options_are_refused_before_the_target_loads(argv, monkeypatch, capsys):
+    from specviz.train import cli
+
+    def no_target(args):
+        raise AssertionError("the target was loaded before the options were checked")
+    monkeypatch.setattr(cli, "embedded_target", no_target)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2 and "error:" in capsys.readouterr().err

@@ -56,6 +56,30 @@ def embedded_target(args):
     return Target.load("embedded", device=args.device, threads=args.threads, dtype=torch.float32)
 
 
+def check_drafter_options(args) -> None:
+    """The drafter options' errors that need no target, before the target is loaded."""
+    did = ALIASES.get(args.drafter, args.drafter)
+    if did not in TRAINERS:
+        parser().error(f"unknown drafter {args.drafter!r}; choose from "
+                       f"{', '.join([*TRAINERS, *ALIASES])}")
+    if args.layers and did not in DEEPENABLE:
+        parser().error(f"--layers applies to {', '.join(DEEPENABLE)}, not {args.drafter}")
+    if args.greedy_mix and did != "eagle3":
+        parser().error(f"--greedy-mix applies to eagle3, not {args.drafter}")
+    if not 0 <= args.greedy_mix < 1:
+        parser().error("--greedy-mix must be in [0, 1)")
+    if args.draft_vocab and args.draft_vocab < 256:
+        parser().error("--draft-vocab must be at least 256")
+    if args.ttt_steps and did != "eagle3":
+        parser().error(f"--ttt-steps applies to eagle3, not {args.drafter}")
+    if not 0 <= args.ttt_steps <= 12:
+        parser().error("--ttt-steps must be in 0..12 (0 = the default)")
+    if args.position_decay and did not in BLOCKS:
+        parser().error(f"--position-decay applies to {', '.join(BLOCKS)}, not {args.drafter}")
+    if not 0 <= args.position_decay <= 64:
+        parser().error("--position-decay must be in [0, 64] (0 = the default)")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specviz train",
                                 description="Build drafter training data or train a drafter.")
@@ -319,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if not args.build_data and not args.drafter:
         parser().error("give --build-data or --drafter ID")
+    if args.drafter:
+        check_drafter_options(args)
     target = embedded_target(args)
     if args.build_data:
         if not shards.shard_paths(Path(args.shards)):
@@ -344,25 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         from specviz.train.init import revocab
         from specviz.train.loop import init_from, train
         did = ALIASES.get(args.drafter, args.drafter)
-        if did not in TRAINERS:
-            parser().error(f"unknown drafter {args.drafter!r}; choose from "
-                           f"{', '.join([*TRAINERS, *ALIASES])}")
-        if args.layers and did not in DEEPENABLE:
-            parser().error(f"--layers applies to {', '.join(DEEPENABLE)}, not {args.drafter}")
-        if args.greedy_mix and did != "eagle3":
-            parser().error(f"--greedy-mix applies to eagle3, not {args.drafter}")
-        if not 0 <= args.greedy_mix < 1:
-            parser().error("--greedy-mix must be in [0, 1)")
         if args.draft_vocab and not 256 <= args.draft_vocab <= target.vocab:
             parser().error(f"--draft-vocab must be in 256..{target.vocab} (the target's vocabulary)")
-        if args.ttt_steps and did != "eagle3":
-            parser().error(f"--ttt-steps applies to eagle3, not {args.drafter}")
-        if not 0 <= args.ttt_steps <= 12:
-            parser().error("--ttt-steps must be in 0..12 (0 = the default)")
-        if args.position_decay and did not in BLOCKS:
-            parser().error(f"--position-decay applies to {', '.join(BLOCKS)}, not {args.drafter}")
-        if not 0 <= args.position_decay <= 64:
-            parser().error("--position-decay must be in [0, 64] (0 = the default)")
         module, fn = TRAINERS[did].split(":")
         factory = getattr(importlib.import_module(module), fn)
         shipped = None
