@@ -129,3 +129,20 @@ def test_probe_cli_refuses_a_bad_engine_variant(capsys):
         with pytest.raises(SystemExit):
             main(["probe", "--drafter", "eagle3", "--engine", variant])
         assert msg in capsys.readouterr().err
+
+
+def test_a_dspark_probe_needs_no_training_feature_folder(tiny_target, tmp_path, monkeypatch):
+    """DSpark's trainable opens its held-out calibration data only at export, so probing its
+    weights works where no training feature folder was ever built (a fresh checkout)."""
+    from specviz.drafters.dspark import DSparkModel
+    from specviz.drafters.layers import LayerShape
+    from specviz.train.blocks import MARKOV_RANK
+    model = DSparkModel(LayerShape.of(tiny_target), torch.arange(0, 49152, 12), tiny_target.vocab,
+                        block=16, n_layers=2, rank=MARKOV_RANK)
+    weights.save("dspark", dict(model.state_dict()), {"block": 16}, tiny_target.fingerprint,
+                 assets=tmp_path / "a")
+    monkeypatch.chdir(tmp_path)
+    assert not (tmp_path / "artifacts").exists()
+    tr = probe.trainable_for(tiny_target, "dspark", tmp_path / "a")
+    assert tr.dspark is not None and tr.size == 16
+    assert torch.equal(tr.backbone.vocab, torch.arange(0, 49152, 12))

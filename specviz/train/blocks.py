@@ -97,7 +97,7 @@ class BlockTrainable:
     off: int
     gamma_w: float
     dspark: DSparkModel | None = None
-    heldout: TrainData | None = None
+    heldout: str | None = None        # DSpark: the feature folder its export calibrates on
     calibration: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -180,7 +180,7 @@ class BlockTrainable:
         CALIBRATION_SEQS of them, evenly spaced: one free run from every 4th anchor of each, as
         the held-out evaluation drafts; a long sequence's every anchor at once is a slow
         attention mask on a GPU)."""
-        data, dev = self.heldout, self.head.device
+        data, dev = TrainData(self.heldout, self.taps), self.head.device
         ids = data.heldout_ids[::max(1, -(-len(data.heldout_ids) // CALIBRATION_SEQS))]
         fit, test = [], []
         with torch.no_grad():
@@ -258,6 +258,5 @@ def dspark(target, args, size: int = 16) -> BlockTrainable:
     model = DSparkModel(LayerShape.of(target), vocab, target.vocab, block=size,
                         n_layers=init.depth(args, LAYERS), rank=MARKOV_RANK)
     init.block_backbone(model.backbone, target)
-    held = TrainData(args.data, model.backbone.taps)
     return BlockTrainable(target, model.backbone, size, off=0, gamma_w=position_decay(args, size),
-                          dspark=model, heldout=held)
+                          dspark=model, heldout=args.data)

@@ -39,6 +39,11 @@ sleep 60; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv || tru
 wait "${pids[@]}"; kill $watchdog 2>/dev/null
 cat $K/logs/exits
 for d in $(cat $K/sh/drafters); do tr '\r' '\n' < $K/logs/$d.log | grep -h "^\[$d\]\|Error" | tail -3; done
+for d in $(cat $K/sh/drafters); do     # a failed export: its last checkpoint comes back instead
+  grep -qx "$d exit 0" $K/logs/exits || [ ! -f $K/ck/$d/ckpt.safetensors ] || {
+    python3 $K/sh/slim_ckpt.py $K/ck/$d/ckpt.safetensors $K/assets/ckpt-$d.safetensors
+    cp $K/ck/$d/ckpt.json $K/assets/ckpt-$d.json; echo "$d: checkpoint packed"; }
+done
 cd $K/assets; cp $K/logs/*.log $K/feat.log .
 tar -cf - * | xz -T0 -3 > $K/out.tar.xz
 split -b 15000000 -d $K/out.tar.xz $OUT/out.tar.xz.

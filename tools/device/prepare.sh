@@ -22,7 +22,7 @@ tail -c +6000001 .dev/init.tar.xz | head -c 6000000 > .dev/ib/init.tar.xz.01
 tail -c +12000001 .dev/init.tar.xz > .dev/ic/init.tar.xz.02
 rm .dev/init.tar.xz
 cp -r data/responses .dev/resp
-cp tools/device/*.sh .dev/sh/
+cp tools/device/*.sh tools/device/*.py .dev/sh/
 echo "$DRAFTERS" > .dev/sh/drafters
 tree=$(git ls-files -z | grep -zv '^assets/\|^demos/\|^data/responses/' | xargs -0 du -cb | tail -1 | cut -f1)
 for call in "A .dev/g1 .dev/ia .dev/sh" "B .dev/g2 .dev/ib .dev/resp .dev/whl .dev/sh" "C .dev/ic .dev/sh"; do
