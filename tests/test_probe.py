@@ -13,6 +13,8 @@ from specviz.drafters import weights
 from specviz.train import probe
 from specviz.train.cli import main
 
+from drafter_fixtures import tiny_data  # noqa: F401 (fixture)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -146,3 +148,11 @@ def test_a_dspark_probe_needs_no_training_feature_folder(tiny_target, tmp_path, 
     tr = probe.trainable_for(tiny_target, "dspark", tmp_path / "a")
     assert tr.dspark is not None and tr.size == 16
     assert torch.equal(tr.backbone.vocab, torch.arange(0, 49152, 12))
+
+
+def test_the_probe_never_writes_into_a_training_feature_folder(tiny_target, tiny_data, tmp_path):
+    from specviz.train import data as D
+    prompts = write_prompts(tmp_path / "p.jsonl")
+    with pytest.raises(D.FeatureError, match="holds training features"):
+        probe.features(tiny_target, prompts, tiny_data, 12, log=lambda s: None)
+    assert not (tiny_data / "probe.safetensors").exists()

@@ -185,3 +185,15 @@ def test_batched_feature_passes_match_one_sequence_at_a_time(tiny_target, respon
         for k in [k for k in a if k.startswith("h")] + ["topk_p"]:
             torch.testing.assert_close(a[k].float(), b[k].float(), atol=2e-3, rtol=2e-3)
         assert (a["topk_ids"][:, 0] == b["topk_ids"][:, 0]).float().mean() > 0.99
+
+
+def test_a_training_folder_refuses_other_feature_files(tiny_data, tmp_path):
+    """A probe's answers written into a training feature folder (`train probe --data` pointed at
+    it) would be trained on: TrainData refuses the mix instead of reading it."""
+    mixed = tmp_path / "mixed"
+    shutil.copytree(tiny_data, mixed)
+    shutil.copy(mixed / SHARDS[0], mixed / "probe.safetensors")
+    with pytest.raises(D.FeatureError, match="mixes training features with probe.safetensors"):
+        D.TrainData(mixed)
+    names = [p.name for p in D.training_files(mixed)]
+    assert names == [p.name for p in D.training_files(tiny_data)] and names[:2] == SHARDS

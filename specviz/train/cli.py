@@ -307,7 +307,10 @@ def main_probe(argv: list[str]) -> int:
         p.error(str(exc))
     categories = [x.category or "-" for x in rows]
     target = embedded_target(args)
-    folder = probe.features(target, Path(args.prompts), Path(args.data), args.max_new_tokens)
+    try:
+        folder = probe.features(target, Path(args.prompts), Path(args.data), args.max_new_tokens)
+    except D.FeatureError as exc:
+        probe_parser().error(str(exc))
     folders = [Path(a) for a in args.assets or [ASSETS]]
     engine = []
     try:

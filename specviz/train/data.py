@@ -311,6 +311,12 @@ COUNTS = ("sequences", "tokens", "response_tokens", "heldout_sequences", "stdlib
           "self_instruct")
 
 
+def training_files(folder: Path) -> list[Path]:
+    """The training feature files of a folder: one per response shard, and the stdlib chunks."""
+    return sorted(p for p in Path(folder).glob("*.safetensors")
+                  if p.stem.startswith("shard-") or p.stem == STDLIB)
+
+
 class TrainData:
     """The feature folder, read lazily: every file is opened once (memory-mapped) and a crop
     reads only its rows of the taps a drafter asks for, so memory stays small whatever the data
@@ -330,6 +336,11 @@ class TrainData:
         paths = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
         if not paths:
             raise FeatureError(f"no feature files in {folder}; build them with: {build}")
+        training = training_files(folder)
+        if training and len(training) < len(paths):
+            others = sorted(p.name for p in set(paths) - set(training))
+            raise FeatureError(f"{folder} mixes training features with {', '.join(others)} (the "
+                               "probe's answers, say), which must not be trained on: move them out")
         self.files = [safe_open(str(p), framework="pt") for p in paths]
         metas = [f.metadata() or {} for f in self.files]
         first = metas[0]

@@ -46,6 +46,9 @@ def features(target, prompts_file: Path = PROBE_FILE, folder: Path = PROBE_DIR,
             "topk": str(D.TOPK), "source": prompts_file.name,
             "source_sha256": D.file_digest(prompts_file), "max_new_tokens": str(max_new_tokens)}
     path = Path(folder) / "probe.safetensors"
+    if D.training_files(Path(folder)):
+        raise D.FeatureError(f"{folder} holds training features; the probe's answers must never "
+                             "join the training data: give the probe a folder of its own")
     if path.exists() and all(D.metadata(path).get(k) == v for k, v in want.items()):
         return Path(folder)
     log(f"answering the {len(prompts)} probe prompts greedily ({max_new_tokens} new tokens at "
