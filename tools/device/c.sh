@@ -27,7 +27,7 @@ settings() {   # batch 32 is 4-8x the CPU runs' batch: about twice their learnin
 cd $K/repo; mkdir -p $K/logs; pids=()
 for d in $(cat $K/sh/drafters); do
   ( python3 -m specviz train --drafter $d --init shipped --data $K/feat_all --shards $K/resp \
-      --minutes $MIN --steps 0 --batch-size 32 --warmup 100 --eval-every 1000 --out-dir $K/ck \
+      --minutes $MIN --steps 0 --batch-size 32 --warmup 100 --eval-every 500 --out-dir $K/ck \
       --device ${DEV:-cuda} --threads 2 $(settings $d) > $K/logs/$d.log 2>&1
     echo "$d exit $?" >> $K/logs/exits ) &
   pids+=($!)
@@ -39,12 +39,15 @@ sleep 60; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv || tru
 wait "${pids[@]}"; kill $watchdog 2>/dev/null
 cat $K/logs/exits
 for d in $(cat $K/sh/drafters); do tr '\r' '\n' < $K/logs/$d.log | grep -h "^\[$d\]\|Error" | tail -3; done
-for d in $(cat $K/sh/drafters); do     # a failed export: its last checkpoint comes back instead
-  grep -qx "$d exit 0" $K/logs/exits || [ ! -f $K/ck/$d/ckpt.safetensors ] || {
-    python3 $K/sh/slim_ckpt.py $K/ck/$d/ckpt.safetensors $K/assets/ckpt-$d.safetensors
-    cp $K/ck/$d/ckpt.json $K/assets/ckpt-$d.json; echo "$d: checkpoint packed"; }
+mkdir -p $K/out; cp $K/logs/*.log $K/feat.log $K/out/
+for d in $(cat $K/sh/drafters); do   # new weights, or for a failed export its last checkpoint
+  if grep -qx "$d exit 0" $K/logs/exits; then cp $K/assets/$d.md $K/assets/$d.safetensors \
+      $K/assets/$d-0*-of-*.safetensors $K/out/ 2>/dev/null
+  elif [ -f $K/ck/$d/ckpt.safetensors ]; then
+    python3 $K/sh/slim_ckpt.py $K/ck/$d/ckpt.safetensors $K/out/ckpt-$d.safetensors
+    cp $K/ck/$d/ckpt.json $K/out/ckpt-$d.json; echo "$d: checkpoint packed"
+  fi
 done
-cd $K/assets; cp $K/logs/*.log $K/feat.log .
-tar -cf - * | xz -T0 -3 > $K/out.tar.xz
+cd $K/out; ls -la; tar -cf - * | xz -T0 -3 > $K/out.tar.xz
 split -b 15000000 -d $K/out.tar.xz $OUT/out.tar.xz.
 ls -la $OUT; echo "call C took $(elapsed) s"
