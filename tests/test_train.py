@@ -408,8 +408,9 @@ def test_greedy_mix_moves_label_mass_onto_the_greedy_token():
                                   ["--drafter", "dflash-b16", "--ttt-steps", "5"],
                                   ["--drafter", "eagle3", "--greedy-mix", "1.5"],
                                   ["--drafter", "eagle3", "--draft-vocab", "10"],
-                                  ["--drafter", "nope"]])
-def test_bad_drafter_options_are_refused_before_the_target_loads(argv, monkeypatch, capsys):
+                                  ["--drafter", "nope"],
+                                  ["--build-data", "--feature-batch", "-1"]])
+def test_bad_options_are_refused_before_the_target_loads(argv, monkeypatch, capsys):
     from specviz.train import cli
 
     def no_target(args):

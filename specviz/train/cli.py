@@ -348,13 +348,13 @@ def main(argv: list[str] | None = None) -> int:
         parser().error("give --build-data or --drafter ID")
     if args.drafter:
         check_drafter_options(args)
+    if not 0 <= args.feature_batch <= 1024:
+        parser().error("--feature-batch must be in 0..1024 (0 = by device)")
     target = embedded_target(args)
     if args.build_data:
         if not shards.shard_paths(Path(args.shards)):
             parser().error(f"no response shards in {args.shards}; write them with: "
                            "python -m specviz train data")
-        if not 0 <= args.feature_batch <= 1024:
-            parser().error("--feature-batch must be in 0..1024 (0 = by device)")
         batch = args.feature_batch or (32 if target.device.type == "cuda" else 1)
         try:
             done = D.build_features(target, Path(args.shards), Path(args.data), args.max_seqs,

@@ -311,10 +311,14 @@ COUNTS = ("sequences", "tokens", "response_tokens", "heldout_sequences", "stdlib
           "self_instruct")
 
 
+def is_training_file(path: Path) -> bool:
+    """Whether a feature file is training data: one per response shard, or the stdlib chunks."""
+    return path.stem.startswith("shard-") or path.stem == STDLIB
+
+
 def training_files(folder: Path) -> list[Path]:
-    """The training feature files of a folder: one per response shard, and the stdlib chunks."""
-    return sorted(p for p in Path(folder).glob("*.safetensors")
-                  if p.stem.startswith("shard-") or p.stem == STDLIB)
+    """The training feature files of a folder."""
+    return sorted(filter(is_training_file, Path(folder).glob("*.safetensors")))
 
 
 class TrainData:
@@ -336,9 +340,8 @@ class TrainData:
         paths = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
         if not paths:
             raise FeatureError(f"no feature files in {folder}; build them with: {build}")
-        training = training_files(folder)
-        if training and len(training) < len(paths):
-            others = sorted(p.name for p in set(paths) - set(training))
+        others = [p.name for p in paths if not is_training_file(p)]
+        if others and len(others) < len(paths):
             raise FeatureError(f"{folder} mixes training features with {', '.join(others)} (the "
                                "probe's answers, say), which must not be trained on: move them out")
         self.files = [safe_open(str(p), framework="pt") for p in paths]
