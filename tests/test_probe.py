@@ -107,23 +107,33 @@ def test_probe_engine_runs_each_weight_set_and_pairs_by_prompt(tiny_target, tmp_
     real_load = weights.load
     monkeypatch.setattr(weights, "load", lambda *x, **k: read.append(weights.folder())
                         or real_load(*x, **k))
-    prompts, cats = ["Why is the sky blue?", "Write a loop.", "Name a fruit."], ["chat", "code", "chat"]
-    ra, rb, ra2 = probe.engine_score(tiny_target, "eagle3:auto_budget=false", [a, b, a], prompts,
+    prompts = write_prompts(tmp_path / "p.jsonl")
+    refs = probe.answers(probe.features(tiny_target, prompts, tmp_path / "f", 8, log=lambda s: None))
+    cats = ["chat", "code", "chat"]
+    ra, rb, ra2 = probe.engine_score(tiny_target, "eagle3:auto_budget=false", [a, b, a], refs,
                                      cats, 8, log=lambda s: None)
     assert read == [a, b, a]
     assert weights.folder() == weights.ASSETS and not tiny_target.drafters
-    assert ra["tokens"] == 3 * 8 and 1 <= ra["tau"] <= 8
+    assert ra["tokens"] == sum(len(answer) for _, answer in refs) and 1 <= ra["tau"] <= 8
     assert ra["tau"] == pytest.approx(ra["tokens"] / ra["target_forwards"], abs=1e-4)
     assert ra["ci95"][0] <= ra["tau"] <= ra["ci95"][1] and set(ra["tau_by_category"]) == {"chat", "code"}
     assert ra2["tau"] == ra["tau"] and ra2["vs_first"] == {"delta": 0.0, "ci95": (0.0, 0.0)}
     assert rb["vs_first"]["delta"] == pytest.approx(rb["tau"] - ra["tau"], abs=1e-3)
+    assert ra["greedy_match_rate"] == rb["greedy_match_rate"] == 1.0   # lossless: the target's answers
     with weights.use(b):   # the same figure as one engine run per prompt with b's weights
         runs = [runner.generate(tiny_target, strategy="eagle3", prompt_ids=runner.encode(
             tiny_target, p), gen=GenSettings(max_new_tokens=8), overrides={"auto_budget": "false"})
-            for p in prompts]
+            for p in ["Why is the sky blue?", "Write a loop in Python.", "Name a fruit."]]
     from specviz import strategies
     strategies.forget(tiny_target)
+    assert [pids for pids, _ in refs] == [runner.encode(tiny_target, p) for p in
+                                          ["Why is the sky blue?", "Write a loop in Python.", "Name a fruit."]]
     assert rb["target_forwards"] == sum(r.finished.target_forwards for r in runs)
+    # an answer the engine does not reproduce (not a near-tie) counts as a mismatch
+    (pids, answer), *rest = refs
+    wrong = [(pids, [(answer[0] + 1) % tiny_target.vocab, *answer[1:]]), *rest]
+    _, _, matches = probe.engine_runs(tiny_target, "eagle3:auto_budget=false", wrong, a, 8)
+    assert matches.tolist() == [False, True, True]
 
 
 def test_probe_cli_refuses_a_bad_engine_variant(capsys):

@@ -316,7 +316,7 @@ def main_probe(argv: list[str]) -> int:
     try:
         reports = probe.score(target, did, folders, folder, categories, args.precision)
         if args.engine:
-            engine = probe.engine_score(target, args.engine, folders, [x.prompt for x in rows],
+            engine = probe.engine_score(target, args.engine, folders, probe.answers(folder),
                                         categories, args.max_new_tokens,
                                         log=lambda s: print(s, file=sys.stderr, flush=True))
     except DrafterUnavailable as exc:
@@ -332,7 +332,8 @@ def main_probe(argv: list[str]) -> int:
         print(f"{args.engine} in the engine, greedy, {args.max_new_tokens} new tokens at most "
               "(τ = new tokens / target forwards)")
     for r in engine:
-        print_report(r, f"{r['tokens']} tokens in {r['target_forwards']} target forwards")
+        print_report(r, f"{r['tokens']} tokens in {r['target_forwards']} target forwards, "
+                        f"greedy match {r['greedy_match_rate']:.2f} (against the target's answers)")
     return 0
 
 

@@ -13,7 +13,8 @@ bootstrap, and paired against the first one.
 
 `--engine VARIANT` adds what the teacher-forced chain cannot see (the tree, the engine's own
 drafting): each weight set's engine τ (new tokens per target forward, timing-free with
-auto_budget=false) over the same prompts, greedy, paired by prompt with a bootstrap interval.
+auto_budget=false) over the same prompts, greedy, paired by prompt with a bootstrap interval,
+and how many runs reproduce the target's cached answer (tie-aware, as `bench` judges against `ar`).
 
 Boundary: scores only; nothing timed, nothing written to assets/.
 """
@@ -158,40 +159,59 @@ def score(target, drafter_id: str, assets_dirs: list[Path], folder: Path,
     return paired_with_first(reports, per_prompt)
 
 
-def engine_runs(target, variant: str, prompts: list[str], assets: Path,
-                max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-    """(new tokens, target forwards) per prompt of the engine's greedy runs of `variant` (a
-    bench variant, "ID[:KEY=VALUE...]") with the weights in `assets`."""
+def answers(folder: Path) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, the target's greedy answer) per probe prompt, in prompt-file order, as the
+    probe's feature folder holds them."""
+    data = D.TrainData(folder)
+    out = []
+    for s, n in enumerate(data.lengths):
+        ids = data.crop(s, 0, n)["tokens"].tolist()
+        out.append((ids[:data.response_start[s]], ids[data.response_start[s]:]))
+    return out
+
+
+def engine_runs(target, variant: str, refs: list[tuple[list[int], list[int]]], assets: Path,
+                max_new_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(new tokens, target forwards, greedy match) per prompt of the engine's greedy runs of
+    `variant` (a bench variant, "ID[:KEY=VALUE...]") with the weights in `assets`, on the
+    prompts of `refs` (prompt ids, the target's own greedy answer). A run matches when it
+    reproduces that answer, tie-aware as `bench` judges it against `ar`."""
     from specviz import runner, strategies
+    from specviz.bench import greedy_match
     from specviz.engine.decode import GenSettings
     sid, overrides = strategies.parse_variant(variant)
-    tokens, forwards = [], []
+    tokens, forwards, matches = [], [], []
     with weights.use(assets):
         strategies.forget(target)     # drafters are built anew from this folder
         try:
-            for prompt in prompts:
-                run = runner.generate(target, strategy=sid, prompt_ids=runner.encode(target, prompt),
+            for prompt_ids, answer in refs:
+                run = runner.generate(target, strategy=sid, prompt_ids=prompt_ids,
                                       gen=GenSettings(max_new_tokens=max_new_tokens),
                                       overrides=overrides)
                 tokens.append(len(run.token_ids))
                 forwards.append(run.finished.target_forwards)
+                matches.append(greedy_match(target, prompt_ids, answer, run.token_ids))
         finally:
             strategies.forget(target)
-    return np.array(tokens, dtype=float), np.array(forwards, dtype=float)
+    return (np.array(tokens, dtype=float), np.array(forwards, dtype=float),
+            np.array(matches, dtype=bool))
 
 
-def engine_score(target, variant: str, assets_dirs: list[Path], prompts: list[str],
-                 categories: list[str], max_new_tokens: int, log=print) -> list[dict]:
-    """One report per assets folder: the engine τ of `variant` over the prompts with its
-    interval, τ by category, and (after the first) the paired difference to the first."""
+def engine_score(target, variant: str, assets_dirs: list[Path],
+                 refs: list[tuple[list[int], list[int]]], categories: list[str],
+                 max_new_tokens: int, log=print) -> list[dict]:
+    """One report per assets folder: the engine τ of `variant` over the prompts of `refs` (see
+    `engine_runs`) with its interval, the greedy match rate against the target's answers, τ by
+    category, and (after the first) the paired difference to the first."""
     reports, per_prompt = [], []
     for assets in assets_dirs:
-        log(f"engine: {variant} with {assets}, {len(prompts)} prompts")
-        runs = engine_runs(target, variant, prompts, assets, max_new_tokens)
+        log(f"engine: {variant} with {assets}, {len(refs)} prompts")
+        *runs, matches = engine_runs(target, variant, refs, assets, max_new_tokens)
         reports.append({"assets": str(assets), "variant": variant,
                         "tau": round(float(runs[0].sum() / runs[1].sum()), 4),
                         "ci95": ci95(resampled(*runs)), "tokens": int(runs[0].sum()),
                         "target_forwards": int(runs[1].sum()),
+                        "greedy_match_rate": round(float(matches.mean()), 4),
                         "tau_by_category": {c: round(t, 3) for c, t in
                                             by_category(categories, *runs).items()}})
         per_prompt.append(runs)
