@@ -108,6 +108,7 @@ def test_probe_engine_runs_each_weight_set_and_pairs_by_prompt(tiny_target, tmp_
     monkeypatch.setattr(weights, "load", lambda *x, **k: read.append(weights.folder())
                         or real_load(*x, **k))
     prompts = write_prompts(tmp_path / "p.jsonl")
+    texts = [json.loads(x)["prompt"] for x in prompts.read_text().splitlines()]
     refs = probe.answers(probe.features(tiny_target, prompts, tmp_path / "f", 8, log=lambda s: None))
     cats = ["chat", "code", "chat"]
     ra, rb, ra2 = probe.engine_score(tiny_target, "eagle3:auto_budget=false", [a, b, a], refs,
@@ -123,11 +124,10 @@ def test_probe_engine_runs_each_weight_set_and_pairs_by_prompt(tiny_target, tmp_
     with weights.use(b):   # the same figure as one engine run per prompt with b's weights
         runs = [runner.generate(tiny_target, strategy="eagle3", prompt_ids=runner.encode(
             tiny_target, p), gen=GenSettings(max_new_tokens=8), overrides={"auto_budget": "false"})
-            for p in ["Why is the sky blue?", "Write a loop in Python.", "Name a fruit."]]
+            for p in texts]
     from specviz import strategies
     strategies.forget(tiny_target)
-    assert [pids for pids, _ in refs] == [runner.encode(tiny_target, p) for p in
-                                          ["Why is the sky blue?", "Write a loop in Python.", "Name a fruit."]]
+    assert [pids for pids, _ in refs] == [runner.encode(tiny_target, p) for p in texts]
     assert rb["target_forwards"] == sum(r.finished.target_forwards for r in runs)
     # an answer the engine does not reproduce (not a near-tie) counts as a mismatch
     (pids, answer), *rest = refs
