@@ -310,7 +310,7 @@ def main_probe(argv: list[str]) -> int:
     try:
         folder = probe.features(target, Path(args.prompts), Path(args.data), args.max_new_tokens)
     except D.FeatureError as exc:
-        probe_parser().error(str(exc))
+        p.error(str(exc))
     folders = [Path(a) for a in args.assets or [ASSETS]]
     engine = []
     try:
