@@ -35,8 +35,10 @@ def test_every_committed_shard_answers_its_stream_version_and_versions_do_not_ov
             assert [x["source"] for x in want] == got, path.name
             assert raw["index"].tolist() == [x["index"] for x in want]
             answered.setdefault(m["stream_version"], []).extend(x["prompt"] for x in want)
-    assert len(answered["1"]) == sources.PRIOR["2"][1]
+    assert len(answered["1"]) == sources.PRIOR["2"][0][1]
     assert not set(answered["1"]) & {x["prompt"] for x in sources.take(20_000, version="2")}
+    later = {x["prompt"] for x in sources.take(20_000, version="4")}
+    assert not (set(answered["2"]) | set(answered["3"])) & later   # PRIOR["4"]
 
 
 def test_stream_never_uses_the_dev_demo_or_probe_prompts():

@@ -59,3 +59,21 @@ def test_version_3_sources_fill_every_slot_from_the_lexicon():
     nouns = {w for ws in lexicon.load()["noun"].values() for w in ws}
     used = {w for w in nouns for x in items if x["source"] == "noun" and f" {w}" in x["prompt"]}
     assert len(used) > 500            # an open vocabulary, not a topic list
+
+
+def test_version_4_crosses_version_2_kinds_with_the_lexicon():
+    """Version 4 keeps version 2's kinds of request (its sources are a subset of 2's and 3's)
+    and fills their slots from the lexicon instead of version 2's short lists."""
+    v4 = sources.take(4000, version="4")
+    assert {x["source"] for x in v4} == set(sources.SOURCES["4"])
+    assert set(sources.SOURCES["4"]) <= set(sources.SOURCES["2"]) | set(sources.SOURCES["3"])
+    nouns = {w for ws in lexicon.load()["noun"].values() for w in ws}
+    for src in ("code", "structured", "steps", "reading", "code_read"):
+        texts = [x["prompt"] for x in v4 if x["source"] == src]
+        used = {w for w in nouns for t in texts if f" {w} " in t or f" {w}s" in t
+                or f"\"{w}\"" in t}
+        assert len(used) > len(texts) // 10, src      # open vocabulary, not version 2's lists
+    assert not any("{" in x["prompt"] and x["source"] in ("code", "structured", "rewrite")
+                   for x in v4)
+    for x, _ in sources.wide()["entities"]:
+        assert sources.plural_safe(x)                 # the templates write "{e}s"

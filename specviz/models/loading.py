@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -54,15 +55,19 @@ def embedded_gguf() -> Path:
 
 
 def embedded_folder() -> Path:
-    """The dequantized safetensors folder of the embedded model, built on first use."""
+    """The dequantized safetensors folder of the embedded model, built on first use. Processes
+    that start together each build in their own temporary folder; the first to finish publishes
+    it and the others keep that one."""
     folder = cache_root() / EMBEDDED_NAME
-    if (folder / "model.safetensors").is_file() and (folder / "config.json").is_file():
+
+    def complete() -> bool:
+        return (folder / "model.safetensors").is_file() and (folder / "config.json").is_file()
+
+    if complete():
         return folder
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = embedded_gguf()
-    tmp = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
     try:  # transformers dequantizes the GGUF tensors with a tqdm progress bar
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                                      dtype=torch.float32)
@@ -73,11 +78,20 @@ def embedded_folder() -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", suffix=".partial", dir=folder.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        if not complete():
+            shutil.rmtree(folder, ignore_errors=True)      # an interrupted older build
+            try:
+                tmp.rename(folder)
+            except OSError:
+                if not complete():                         # not another process's publication
+                    raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 

@@ -24,6 +24,13 @@ small topic lists never named. Its sources draw from lexicon.py's open vocabular
 common nouns by kind, 2k verbs, 9k natural example sentences, from WordNet): `noun` (requests
 about one word, worded by its kind), `pair` (comparing two words of a kind), `verb` (how-to and
 usage) and `sentence` (translating, rewriting, explaining or continuing example sentences).
+Version 4 crosses the two: version 3's shards traded code, math and rewriting for chat, because
+its four sources are all about single words. It keeps version 2's kinds of request (code, reading
+code, multi-step problems, reading, structured output, how-to, rewriting, passages) and fills
+their slots from the lexicon: coding tasks about a concrete noun, snippets and word problems over
+its nouns, records with fields by the noun's kind, activities from its verbs, tone rewrites of
+its example sentences; a little of version 3's `noun` and `sentence` keeps the writing requests.
+It skips what the shards of versions 2 and 3 answered (PRIOR).
 Every version stays reproducible (committed shards name theirs); a new one gets a new VERSION.
 """
 from __future__ import annotations
@@ -34,23 +41,27 @@ import itertools
 import random
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 
 from specviz.train import lexicon
 from specviz.train import templates as tp
 from specviz.train.pool import CHAT, CODE_TASKS, LISTS, TOPICS, WRITING
 
-VERSION = "3"                    # the stream new shards answer
+VERSION = "4"                    # the stream new shards answer
 SOURCES = {
     "1": {"chat": 3, "writing": 2, "lists": 2, "math": 3, "code": 3, "passage": 5},
     "2": {"chat": 2, "writing": 1, "lists": 1, "math": 1, "code": 3, "passage": 2, "howto": 3,
           "steps": 3, "code_read": 3, "reading": 4, "translate": 2, "rewrite": 2,
           "structured": 2, "story": 2, "message": 2},
     "3": {"noun": 6, "pair": 1, "verb": 2, "sentence": 4},
+    "4": {"code": 4, "code_read": 3, "steps": 3, "math": 1, "reading": 4, "structured": 4,
+          "howto": 2, "rewrite": 3, "passage": 3, "noun": 2, "sentence": 1},
 }
-PASSAGE_START = {"1": 0, "2": 4000, "3": 0}   # version 1's shards 1-38 used passage tasks [0, 3029)
-PRIOR = {"2": ("1", 9120)}            # (version, n): shards 1-38 answered its first n
+# passage tasks: version 1's shards 1-38 used [0, 3029), version 2's shards 39-109 [4000, 5665)
+PASSAGE_START = {"1": 0, "2": 4000, "3": 0, "4": 6000}
+# ((version, n), ...): the first n instructions of that version that committed shards answered
+PRIOR = {"2": (("1", 9120),), "4": (("2", 17040), ("3", 10080))}
 
 PASSAGE_MODULES = [
     "string", "os", "os.path", "json", "re", "collections", "itertools", "functools", "math",
@@ -171,14 +182,14 @@ def module_docs(modname: str, mod) -> list[tuple[str, str | None]]:
     return out
 
 
-def math_task(rng: random.Random) -> str:
+def math_task(rng: random.Random, things: Sequence[str] = THINGS) -> str:
     a, b = rng.randint(10, 999), rng.randint(10, 999)
     c, d = rng.randint(2, 40), rng.randint(2, 20)
     return rng.choice(MATH).format(
         a=a, b=b, b0=rng.randint(1, a - 1), c=c, d=d, e=rng.randint(50, 900), f=rng.randint(2, 30),
         c0=c * rng.randint(2, 12), d0=d * rng.randint(2, 12), pct=rng.choice([5, 10, 15, 20, 25,
                                                                               30, 40, 50, 75]),
-        name=rng.choice(NAMES), thing=rng.choice(THINGS))
+        name=rng.choice(NAMES), thing=rng.choice(things))
 
 
 def code_task(rng: random.Random) -> str:
@@ -231,12 +242,14 @@ def rewrite_task(rng: random.Random) -> str:
     return rng.choice(tp.REWRITE_FORMAL).format(m=fill(rng, rng.choice(tp.FORMAL), tp.TONE))
 
 
-def paragraph(rng: random.Random) -> tuple[str, list[str]]:
-    """A short narrative paragraph with seeded facts, and questions its text answers."""
+def paragraph(rng: random.Random, items: Sequence[tuple[str, int, int]] = tp.ITEMS
+              ) -> tuple[str, list[str]]:
+    """A short narrative paragraph with seeded facts, and questions its text answers; a shopping
+    paragraph buys (item, lowest price, highest price) of `items`."""
     name, name2 = rng.sample(tp.NAMES, 2)
     kind = rng.randrange(4)
     if kind == 0:
-        (i1, lo1, hi1), (i2, lo2, hi2), (i3, lo3, hi3) = rng.sample(tp.ITEMS, 3)
+        (i1, lo1, hi1), (i2, lo2, hi2), (i3, lo3, hi3) = rng.sample(items, 3)
         n1, n2 = rng.randint(2, 6), rng.randint(2, 5)
         p1, p2, p3 = rng.randint(lo1, hi1), rng.randint(lo2, hi2), rng.randint(lo3, hi3)
         text = (f"{name} bought {n1} {i1}s, {n2} {i2}s and one {i3} for "
@@ -279,18 +292,18 @@ def paragraph(rng: random.Random) -> tuple[str, list[str]]:
     return text, qs
 
 
-def reading_task(rng: random.Random) -> str:
-    text, qs = paragraph(rng)
+def reading_task(rng: random.Random, items: Sequence[tuple[str, int, int]] = tp.ITEMS) -> str:
+    text, qs = paragraph(rng, items)
     if rng.random() < 0.55:
         return rng.choice(tp.READ_TASKS).format(p=text, q=rng.choice(qs))
     return rng.choice(tp.SUMMARY_TASKS).format(p=text, k=rng.choice(["two", "three"]))
 
 
-def snippet(rng: random.Random) -> str:
-    """A small generated Python program with seeded values."""
+def snippet(rng: random.Random, words: Sequence[str] = tp.WORDS) -> str:
+    """A small generated Python program with seeded values and words."""
     nums = [rng.randint(-9, 40) for _ in range(rng.randint(3, 7))]
     a, b, k = rng.randint(1, 10), rng.randint(11, 60), rng.randint(2, 7)
-    word = rng.choice(tp.WORDS)
+    word = rng.choice(words)
     return rng.choice([
         f"nums = {nums}\nprint(sorted(nums)[len(nums) // 2], min(nums) + max(nums))",
         f"total = 0\nfor i in range({a}, {b}):\n    if i % {k} == 0:\n        total += i\n"
@@ -309,7 +322,7 @@ def snippet(rng: random.Random) -> str:
         "else:\n    print(\"small\")",
         f"matrix = [[{a}, {k}], [{b}, {nums[-1]}]]\nprint([list(r) for r in zip(*matrix)])",
         f"def count_vowels(s):\n    return sum(1 for ch in s.lower() if ch in \"aeiou\")\n\n"
-        f"print(count_vowels(\"{word.title()} and {rng.choice(tp.WORDS)}\"))",
+        f"print(count_vowels(\"{word.title()} and {rng.choice(words)}\"))",
     ])
 
 
@@ -336,25 +349,26 @@ def short_functions() -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def code_read_task(rng: random.Random) -> str:
+def code_read_task(rng: random.Random, words: Sequence[str] = tp.WORDS) -> str:
     if rng.random() < 0.6:
-        return rng.choice(tp.CODE_READ_TASKS).format(c=snippet(rng))
+        return rng.choice(tp.CODE_READ_TASKS).format(c=snippet(rng, words))
     return rng.choice(tp.FUNCTION_TASKS).format(c=rng.choice(short_functions()))
 
 
-def howto_task(rng: random.Random) -> str:
+def howto_task(rng: random.Random, activities: Sequence[str] = tp.ACTIVITIES,
+               devices: Sequence[str] = tp.DEVICES) -> str:
     r = rng.random()
     if r < 0.45:
         return rng.choice(tp.ACTIVITY_TASKS).format(n=rng.choice(["three", "four", "five"]),
-                                                    a=rng.choice(tp.ACTIVITIES))
+                                                    a=rng.choice(activities))
     if r < 0.75:
         return rng.choice(tp.WHY_TASKS).format(p=rng.choice(tp.PHENOMENA))
-    return rng.choice(tp.DEVICE_TASKS).format(d=rng.choice(tp.DEVICES))
+    return rng.choice(tp.DEVICE_TASKS).format(d=rng.choice(devices))
 
 
-def steps_task(rng: random.Random) -> str:
+def steps_task(rng: random.Random, items: Sequence[tuple[str, int, int]] = tp.ITEMS) -> str:
     mover, lo, hi = rng.choice(tp.MOVERS)
-    (item1, _, hi1), (item2, _, hi2) = rng.sample(tp.ITEMS, 2)
+    (item1, _, hi1), (item2, _, hi2) = rng.sample(items, 2)
     name, name2 = rng.sample(tp.NAMES, 2)
     n1, n2, p1, p2 = rng.randint(2, 6), rng.randint(2, 5), rng.randint(2, hi1), rng.randint(1, hi2)
     text = rng.choice(tp.WORD_PROBLEMS).format(
@@ -368,12 +382,16 @@ def steps_task(rng: random.Random) -> str:
     return f"{text} {rng.choice(tp.STEP_SUFFIXES)}".strip()
 
 
-def structured_task(rng: random.Random) -> str:
+ENTITIES = tuple(sorted(tp.ENTITY_KEYS.items()))
+
+
+def structured_task(rng: random.Random, categories: Sequence[str] = tp.CATEGORIES,
+                    entities: Sequence[tuple[str, list[str]]] = ENTITIES) -> str:
     n = rng.choice(["three", "four", "five", "six"])
     if rng.random() < 0.5:
-        return rng.choice(tp.LIST_TASKS).format(n=n, c=rng.choice(tp.CATEGORIES))
-    entity = rng.choice(sorted(tp.ENTITY_KEYS))
-    keys = rng.sample(tp.ENTITY_KEYS[entity], rng.randint(3, 5))
+        return rng.choice(tp.LIST_TASKS).format(n=n, c=rng.choice(categories))
+    entity, fields = rng.choice(entities)
+    keys = rng.sample(fields, rng.randint(3, 5))
     return rng.choice(tp.STRUCT_TASKS).format(e=entity, n=n, keys=", ".join(keys))
 
 
@@ -424,12 +442,65 @@ def sentence_task(rng: random.Random) -> str:
     return rng.choice(tp.SENTENCES_TASKS).format(ss="\n".join(rng.sample(examples, 3)))
 
 
+# version 4: lexicon.py's nouns of the concrete kinds, by the fields of their structured records
+CONCRETE = tuple(sorted(tp.KIND_KEYS))
+CODED = ("animal", "artifact", "food", "object", "plant", "substance")   # the coding tasks' kinds
+
+
+def plural_safe(word: str) -> bool:
+    """Whether version 2's templates, which write "a {word}" and "{word}s", spell it right: one
+    word, starting with a consonant, not ending in -s, -x, -z, -ch, -sh or -y."""
+    return (" " not in word and word[0] not in "aeiou"
+            and not word.endswith(("s", "x", "z", "ch", "sh", "y")))
+
+
+@lru_cache(maxsize=1)
+def wide() -> dict[str, tuple]:
+    """Version 4's vocabularies for version 2's makers, from the lexicon: (kind, noun) pairs,
+    snippet words, shop items with a price range, activities, devices, list categories and
+    structured-record entities."""
+    lex = lexicon.load()
+    nouns = [(k, x) for k in CONCRETE for x in lex["noun"][k]]
+    things = [x for k, x in nouns if k in ("artifact", "food", "object", "plant")
+              and plural_safe(x)]
+    return {"nouns": tuple(nouns), "coded": tuple((k, x) for k, x in nouns if k in CODED),
+            "words": tuple(x for _, x in nouns if " " not in x), "things": tuple(things),
+            "items": tuple((x, 2, 40) for x in things),
+            "activities": tuple(f"learning to {v}" for k in sorted(lex["verb"])
+                                for v in lex["verb"][k]),
+            "devices": tuple(x for x in lex["noun"]["artifact"] if " " not in x),
+            "categories": tuple(form.format(x=x, a=with_article(x)) for _, x in nouns
+                                for form in tp.CATEGORY_FORMS),
+            "entities": tuple((x, tp.KIND_KEYS[k]) for k, x in nouns if plural_safe(x))}
+
+
+def code_noun_task(rng: random.Random) -> str:
+    _, x = rng.choice(wide()["coded"])
+    task = rng.choice(tp.CODE_NOUN_TASKS).format(x=x, a=with_article(x),
+                                                 ident=x.replace(" ", "_"),
+                                                 k=rng.randint(2, 9), n=rng.randint(3, 30))
+    return rng.choice(CODE_VERBS).format(lang=rng.choice(LANGS), task=task)
+
+
+def rewrite_sentence_task(rng: random.Random) -> str:
+    return rng.choice(tp.REWRITE_FORMAL).format(m=rng.choice(lexicon.load()["example"][""]))
+
+
 MAKERS = {"chat": lambda r: topic_task(r, CHAT), "writing": lambda r: topic_task(r, WRITING),
           "lists": lambda r: topic_task(r, LISTS), "math": math_task, "code": code_task,
           "translate": translate_task, "rewrite": rewrite_task, "reading": reading_task,
           "code_read": code_read_task, "howto": howto_task, "steps": steps_task,
           "structured": structured_task, "story": story_task, "message": message_task,
           "noun": noun_task, "pair": pair_task, "verb": verb_task, "sentence": sentence_task}
+# the makers a version replaces (a version's sources keep their names across versions)
+OVERRIDES = {"4": {
+    "code": code_noun_task, "rewrite": rewrite_sentence_task,
+    "math": lambda r: math_task(r, wide()["things"]),
+    "code_read": lambda r: code_read_task(r, wide()["words"]),
+    "steps": lambda r: steps_task(r, wide()["items"]),
+    "reading": lambda r: reading_task(r, wide()["items"]),
+    "structured": lambda r: structured_task(r, wide()["categories"], wide()["entities"]),
+    "howto": lambda r: howto_task(r, wide()["activities"], wide()["devices"])}}
 
 
 def stream(seed: int = 0, version: str = VERSION) -> Iterator[dict]:
@@ -438,6 +509,7 @@ def stream(seed: int = 0, version: str = VERSION) -> Iterator[dict]:
     tag = "" if version == "1" else f":v{version}"
     pick = random.Random(seed if version == "1" else f"{seed}{tag}")
     rngs = {s: random.Random(f"{seed}:{s}{tag}") for s in weights}
+    makers = MAKERS | OVERRIDES.get(version, {})
     passage_iter = passage_tasks(seed, PASSAGE_START[version])
     names = [s for s, w in weights.items() for _ in range(w)]
     seen = set(answered_before(seed, version))
@@ -447,7 +519,7 @@ def stream(seed: int = 0, version: str = VERSION) -> Iterator[dict]:
         src = pick.choice(names)
         if misses[src] >= 1000:          # a source that keeps repeating itself is dry
             continue
-        text = next(passage_iter, None) if src == "passage" else MAKERS[src](rngs[src])
+        text = next(passage_iter, None) if src == "passage" else makers[src](rngs[src])
         if text is None or text in seen:
             misses[src] += 1 if text is not None else 1000
             continue
@@ -459,12 +531,9 @@ def stream(seed: int = 0, version: str = VERSION) -> Iterator[dict]:
 
 @lru_cache(maxsize=4)
 def answered_before(seed: int, version: str) -> frozenset[str]:
-    """The instructions of PRIOR[version] (an earlier version's answered prefix) that `version`
+    """The instructions of PRIOR[version] (earlier versions' answered prefixes) that `version`
     skips; computed once per process, not on every `stream` call."""
-    prior = PRIOR.get(version)
-    if not prior:
-        return frozenset()
-    return frozenset(x["prompt"] for x in take(prior[1], 0, seed, prior[0]))
+    return frozenset(x["prompt"] for v, n in PRIOR.get(version, ()) for x in take(n, 0, seed, v))
 
 
 def take(n: int, start: int = 0, seed: int = 0, version: str = VERSION) -> list[dict]:

@@ -3,7 +3,9 @@ kinds of request an assistant gets that version 1 lacked or had only as topic te
 translation, tone rewriting, reading comprehension and summaries of short narrative paragraphs,
 reading code, everyday how-to and why questions, multi-step word problems, structured output
 (JSON, lists, tables), stories and messages. The version-3 section holds the wordings of the
-open-vocabulary requests (sources.py fills them from lexicon.py's words and sentences).
+open-vocabulary requests (sources.py fills them from lexicon.py's words and sentences); the
+version-4 section, the wordings that cross version 2's kinds of request (code, structured output,
+lists) with that vocabulary.
 
 Boundary: text only, no model, no generators (sources.py draws from these lists), no dev or demo
 prompts; the wording also stays apart from the development prompts' phrasings, so that the
@@ -353,3 +355,40 @@ SENTENCES_TASKS = ["Summarize these sentences in one sentence:\n\n{ss}",
                    "Which of these sentences is the most formal, and why?\n\n{ss}",
                    "Number these sentences and give each a one-word topic:\n\n{ss}",
                    "Write a paragraph that connects these sentences:\n\n{ss}"]
+
+# == version 4: version 2's kinds of request over lexicon.py's vocabulary ======================
+# Coding tasks about a concrete noun, for pool.CODE_VERBS' {task}: {x} the noun, {a} with its
+# article, {ident} as an identifier, {k} and {n} seeded numbers. No plurals: "{x} records".
+CODE_NOUN_TASKS = [
+    "keeps an inventory of {x} items in a dictionary, with functions to add and remove them",
+    "sorts a list of {x} records by their price and then by their name",
+    "finds the {x} with the highest rating in a list of dictionaries",
+    "reads a CSV file of {x} records and prints how many there are of each color",
+    "validates a `{ident}` dictionary: it needs a non-empty name and a positive quantity",
+    "groups a list of {x} records by category and counts each group",
+    "counts how often the word \"{x}\" appears in a text, ignoring case",
+    "returns the {k} cheapest {x} records from a list",
+    "converts a list of {x} records to JSON and back",
+    "models {a} as a class with a name, a size and a method that describes it",
+    "stores {x} records in a SQLite table and returns those added in the last {n} days",
+    "simulates a queue of people waiting for {a}, serving one every {k} minutes",
+    "filters out every {x} record whose quantity is below {k}",
+    "merges two lists of {x} records, keeping the newer record for each id",
+    "prints a text report of {x} records as an aligned table",
+    "picks a random {x} from a weighted list of {n} options",
+]
+# The fields of a structured record for a noun of each of lexicon.py's concrete kinds.
+KIND_KEYS = {
+    "animal": ["name", "habitat", "diet", "lifespan_years", "size", "fun_fact"],
+    "artifact": ["name", "material", "size", "price", "main_use", "invented"],
+    "body": ["name", "location", "function", "size", "related_organs"],
+    "food": ["name", "origin", "calories", "main_ingredients", "taste", "serving"],
+    "object": ["name", "where_found", "size", "made_of", "notable_fact"],
+    "person": ["title", "duties", "skills", "workplace", "typical_hours", "training"],
+    "plant": ["name", "climate", "height", "uses", "flowering_season", "care_tips"],
+    "substance": ["name", "state", "color", "uses", "hazards", "where_found"],
+}
+# Categories made from a noun for version 2's LIST_TASKS ({c}).
+CATEGORY_FORMS = ["kinds of {x}", "things you can do with {a}", "words related to {x}",
+                  "surprising facts about {a}", "uses of {a}", "places where you might see {a}",
+                  "questions a child might ask about {a}"]
