@@ -121,6 +121,16 @@ def test_sparse_positions_keep_the_previous_calibration():
     assert biases[2] == biases[3] == biases[4] == biases[1]
 
 
+def test_positions_without_failures_keep_the_previous_calibration():
+    """Every block that reaches position 3 survives it: the likelihood has no finite optimum
+    there, so the fit keeps position 2's pair instead of a runaway temperature."""
+    z, acc = synthetic(n=4000, gamma=5)
+    acc[:, 2] = True
+    temps, biases = calibrate.sequential_fit(z, acc)
+    assert temps[2] == temps[1] and biases[2] == biases[1]
+    assert 2.3 < float(temps[1]) < 3.5 and 1.0 < float(temps[3]) < 5.0      # the others still fit
+
+
 def test_saved_engine_runs_are_reused_only_for_the_same_weights_and_settings(tmp_path):
     from specviz.train import recalibrate
     z, acc = synthetic(n=50, gamma=4)

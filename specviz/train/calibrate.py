@@ -78,14 +78,17 @@ def sequential_fit(z: torch.Tensor, acc: torch.Tensor, min_positive: int = 30
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fit (T_k, b_k) in order of k, each by maximum likelihood of s_k under a_k with the
     earlier positions fixed: ([γ] temperatures, [γ] biases). A position with fewer than
-    `min_positive` surviving blocks (s_k = 1) keeps position k-1's pair: a few dozen positives
-    cannot pin a slope and an offset."""
+    `min_positive` surviving blocks (s_k = 1), or fewer than that many that reach it and fail
+    there (s_{k-1} = 1, s_k = 0), keeps position k-1's pair: a few dozen of either cannot pin a
+    slope and an offset, and with almost no failures the likelihood runs off to T -> infinity,
+    b -> +infinity (an export once fitted T = 30165 at positions 7-16)."""
     z, s = z.double(), acc.double().cumprod(-1)
     temps = torch.ones(z.shape[1], dtype=torch.double)
     biases = torch.zeros(z.shape[1], dtype=torch.double)
     prefix = torch.ones(z.shape[0], dtype=torch.double)    # a_{k-1} under the fitted pairs
     for k in range(z.shape[1]):
-        if s[:, k].sum() < min_positive:
+        reached = s[:, k - 1] if k else torch.ones_like(s[:, 0])
+        if min(s[:, k].sum(), (reached - s[:, k]).sum()) < min_positive:
             if k:
                 temps[k], biases[k] = temps[k - 1], biases[k - 1]
         else:
