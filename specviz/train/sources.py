@@ -456,14 +456,14 @@ def plural_safe(word: str) -> bool:
 
 @lru_cache(maxsize=1)
 def wide() -> dict[str, tuple]:
-    """Version 4's vocabularies for version 2's makers, from the lexicon: (kind, noun) pairs,
-    snippet words, shop items with a price range, activities, devices, list categories and
+    """Version 4's vocabularies for version 2's makers, from the lexicon: (kind, noun) pairs
+    for the coding tasks, snippet words, shop items with a price range, activities, devices, list categories and
     structured-record entities."""
     lex = lexicon.load()
     nouns = [(k, x) for k in CONCRETE for x in lex["noun"][k]]
     things = [x for k, x in nouns if k in ("artifact", "food", "object", "plant")
               and plural_safe(x)]
-    return {"nouns": tuple(nouns), "coded": tuple((k, x) for k, x in nouns if k in CODED),
+    return {"coded": tuple((k, x) for k, x in nouns if k in CODED),
             "words": tuple(x for _, x in nouns if " " not in x), "things": tuple(things),
             "items": tuple((x, 2, 40) for x in things),
             "activities": tuple(f"learning to {v}" for k in sorted(lex["verb"])
