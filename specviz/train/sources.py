@@ -457,8 +457,8 @@ def plural_safe(word: str) -> bool:
 @lru_cache(maxsize=1)
 def wide() -> dict[str, tuple]:
     """Version 4's vocabularies for version 2's makers, from the lexicon: (kind, noun) pairs
-    for the coding tasks, snippet words, shop items with a price range, activities, devices, list categories and
-    structured-record entities."""
+    for the coding tasks, snippet words, shop items with a price range, activities, devices,
+    list categories and structured-record entities."""
     lex = lexicon.load()
     nouns = [(k, x) for k in CONCRETE for x in lex["noun"][k]]
     things = [x for k, x in nouns if k in ("artifact", "food", "object", "plant")
