@@ -111,7 +111,7 @@ def test_training_precision():
             bf16_autocast("fp8", dev)
 
 
-def test_ship_and_load(tiny_target, tiny_data, tmp_path):
+def test_ship_and_load(tiny_target, tiny_data, tmp_path, capsys):
     from specviz.drafters import eagle3
     tr, data = make(tiny_target, tiny_data)
     with weights.use(tmp_path):   # the assets folder read and written inside
@@ -125,11 +125,18 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path):
                           (tmp_path / "eagle3.md").read_text())
         assert cover and 0 < float(cover[2]) <= 100
         card = tmp_path / "eagle3.md"
-        card.write_text(card.read_text() + "\n## Measured with the engine (round 1)\n\nτ 1.5\n")
+        assert "| response shards seen over rounds | 1-2 |" in card.read_text()
+        # a card that names shards seen before: the next round adds its own to them
+        card.write_text(card.read_text().replace("seen over rounds | 1-2 |", "seen over rounds | 5-9 |")
+                        + "\n## Measured with the engine (round 1)\n\nτ 1.5\n")
         # a fine-tuning round's card adds its data to what the previous weights were trained on,
         # and keeps the earlier weights' sections below its own header
         for rnd in (2, 3):
+            capsys.readouterr()
             train(tr, data, replace(cfg, init="shipped", out_dir=str(tmp_path / f"ck{rnd}")), tiny_target)
+            # a round on shards the weights already saw says so (round 2's weights saw 5-9 only)
+            warned = "already trained on response shards 1-2 of this data" in capsys.readouterr().out
+            assert warned == (rnd == 3)
             n = rnd * int(data.meta["response_tokens"])
             text = card.read_text()
             assert f"{rnd * int(data.meta['sequences'])} sequences" in text
@@ -143,6 +150,7 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path):
                 "(`specviz/train/sources.py`), response shards 1-2 and to" in text
             assert f"--data {data.folder}` with S a folder" in text
             assert f" --data {data.folder}`." in text
+            assert text.count("| response shards seen over rounds | 1-2, 5-9 |") == 1
         head = eagle3.load_head(tiny_target)
         assert torch.equal(head.vocab_ids, tr.module.vocab_ids)
         with pytest.raises(Exception, match="another target"):

@@ -144,6 +144,9 @@ def test_shard_span_names_the_shards_of_a_feature_folder():
     names = ["shard-00001.safetensors", "shard-00002.safetensors", "shard-00003.safetensors",
              "shard-00007.safetensors", "stdlib", "shard-00009.safetensors"]
     assert D.shard_span(names) == "1-3, 7, 9" and D.shard_span(["stdlib"]) == ""
+    # and a span reads back as the shard numbers it names
+    assert D.span_numbers("1-3, 7, 9") == {1, 2, 3, 7, 9} and D.span_numbers("") == set()
+    assert D.span_of(D.span_numbers("192-205, 99-109, 100")) == "99-109, 192-205"
 
 
 def test_crops_reach_the_response_of_a_long_prompt():

@@ -296,14 +296,27 @@ def first_ones(mask: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
 
 def shard_span(names) -> str:
     """'1-9, 34-41' for the response shards shard-00001 ... named in `names` (others ignored)."""
-    nums = sorted(n for n in map(shards.shard_number, names) if n is not None)
+    return span_of(n for n in map(shards.shard_number, names) if n is not None)
+
+
+def span_of(numbers) -> str:
+    """'1-9, 34-41' for a collection of shard numbers (the inverse of `span_numbers`)."""
     runs: list[list[int]] = []
-    for n in nums:
+    for n in sorted(set(numbers)):
         if runs and n == runs[-1][1] + 1:
             runs[-1][1] = n
         else:
             runs.append([n, n])
     return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def span_numbers(span: str) -> set[int]:
+    """The shard numbers of a span such as '1-9, 34-41' (the inverse of `span_of`)."""
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in span.split(","))):
+        a, _, b = part.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
 
 
 # --- loading --------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from specviz.drafters.layers import DecoderLayer
 from specviz.models.kernels import check_precision, resolve_precision
 from specviz.train import init
 from specviz.train.config import TrainConfig
-from specviz.train.data import FEATURE_DIR, TrainData, shipped_vocab
+from specviz.train.data import FEATURE_DIR, TrainData, shipped_vocab, span_numbers, span_of
 
 
 class Trainable(Protocol):
@@ -210,6 +210,11 @@ def train(trainable: Trainable, data: TrainData, cfg: TrainConfig, target=None) 
             time.perf_counter() - t_start >= budget_s
 
     if cfg.init == "shipped" and state["step"] == 0:    # the starting weights, on the same split
+        seen = shards_seen(card_before(cfg)) or set()
+        again = seen & span_numbers(data.meta.get("shards", ""))
+        if again:
+            tqdm.write(f"[{cfg.drafter_id}] the shipped weights were already trained on response "
+                       f"shards {span_of(again)} of this data (their card's shards seen over rounds)")
         state["start_eval"] = evaluate(trainable, data, cfg, dev)
         tqdm.write(f"[{cfg.drafter_id}] step 0 (shipped weights): {state['start_eval']}")
     stats = {"loss": state.get("final_loss")}     # a resumed run may have no step left
@@ -268,6 +273,35 @@ def summed_data_row(previous_card: str, meta: dict) -> str:
             f"then this run's {now[2]} |\n")
 
 
+SEEN_ROW = re.compile(r"^\| response shards seen over rounds \| ([\d, -]*) \|", re.M)
+
+
+def shards_seen(card: str) -> set[int] | None:
+    """The response shards a card's weights were trained on over all their rounds; None when the
+    card does not say (a card written before the row existed)."""
+    row = SEEN_ROW.search(card)
+    return span_numbers(row[1]) if row else None
+
+
+def seen_row(previous_card: str, meta: dict, init: str) -> str:
+    """The card row of the response shards seen over rounds: this run's, with the previous
+    weights' when fine-tuning; empty when a fine-tuned drafter's previous card does not say, or
+    the run read no response shard."""
+    seen = span_numbers(meta.get("shards", ""))
+    if init == "shipped":
+        before = shards_seen(previous_card)
+        if before is None:
+            return ""
+        seen |= before
+    return f"| response shards seen over rounds | {span_of(seen)} |\n" if seen else ""
+
+
+def card_before(cfg: TrainConfig) -> str:
+    """The card of the weights a fine-tuning run starts from ('' for fresh weights or none)."""
+    path = weights.folder() / f"{cfg.drafter_id}.md"
+    return path.read_text(encoding="utf-8") if cfg.init == "shipped" and path.exists() else ""
+
+
 def earlier_sections(previous_card: str) -> str:
     """The previous card's sections (its '## ' headings to the end: engine measurements of the
     earlier weights, export notes), which a fine-tuned drafter's new card keeps below its own
@@ -303,9 +337,8 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
     also = f" and to {selfi} instructions the target wrote itself (self-instruct)" if selfi else ""
     start = ("fine-tuned from the weights previously shipped in assets/ (their card's data and "
              "steps come before these)" if cfg.init == "shipped" else "fresh weights")
-    previous = weights.folder() / f"{cfg.drafter_id}.md"
-    before = previous.read_text(encoding="utf-8") if cfg.init == "shipped" and previous.exists() else ""
-    summed = summed_data_row(before, meta)
+    before = card_before(cfg)
+    summed = summed_data_row(before, meta) + seen_row(before, meta, cfg.init)
     note = f"\n{cfg.note}\n" if cfg.note else ""      # one blank line either side, or none
     span = f", response shards {meta['shards']}" if meta.get("shards") else ""
     if Path(data.folder).resolve() == FEATURE_DIR.resolve():
