@@ -214,7 +214,8 @@ def train(trainable: Trainable, data: TrainData, cfg: TrainConfig, target=None) 
         again = seen & span_numbers(data.meta.get("shards", ""))
         if again:
             tqdm.write(f"[{cfg.drafter_id}] the shipped weights were already trained on response "
-                       f"shards {span_of(again)} of this data (their card's shards seen over rounds)")
+                       f"shards {span_of(again)} of this data (their card's shards seen over "
+                       "rounds)")
         state["start_eval"] = evaluate(trainable, data, cfg, dev)
         tqdm.write(f"[{cfg.drafter_id}] step 0 (shipped weights): {state['start_eval']}")
     stats = {"loss": state.get("final_loss")}     # a resumed run may have no step left
