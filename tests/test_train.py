@@ -16,7 +16,7 @@ from specviz.drafters.eagle3 import Eagle3Head
 from specviz.train import data as D
 from specviz.train.heads import Eagle3Trainable
 from specviz.train.config import TrainConfig
-from specviz.train.loop import init_from, load_checkpoint, train
+from specviz.train.loop import earlier_paragraphs, init_from, load_checkpoint, train
 from specviz.train.pool import extract_instruction, meta_prompts
 
 from drafter_fixtures import tiny_data  # noqa: F401 (fixture)
@@ -130,10 +130,13 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path, capsys):
         card.write_text(card.read_text().replace("seen over rounds | 1-2 |", "seen over rounds | 5-9 |")
                         + "\n## Measured with the engine (round 1)\n\nτ 1.5\n")
         # a fine-tuning round's card adds its data to what the previous weights were trained on,
-        # and keeps the earlier weights' sections below its own header
+        # and keeps the earlier rounds' paragraphs below its own, and the earlier weights'
+        # sections below its own header
         for rnd in (2, 3):
             capsys.readouterr()
-            train(tr, data, replace(cfg, init="shipped", out_dir=str(tmp_path / f"ck{rnd}")), tiny_target)
+            note = "" if rnd == 2 else "Round 3 note."
+            ck = str(tmp_path / f"ck{rnd}")
+            train(tr, data, replace(cfg, init="shipped", note=note, out_dir=ck), tiny_target)
             # a round on shards the weights already saw says so (round 2's weights saw 5-9 only)
             warned = "already trained on response shards 1-2 of this data" in capsys.readouterr().out
             assert warned == (rnd == 3)
@@ -144,13 +147,16 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path, capsys):
             assert text.count("held-out simulated chain τ of the starting weights") == 1
             assert text.count("## Measured with the engine (round 1)\n\nτ 1.5\n") == 1
             assert text.index("Reproduce:") < text.index("## Measured") and text.count("# `eagle3`") == 1
-            assert "|\n\nReproduce:" in text and "\n\n\n" not in text.split("## ")[0]   # no note
+            paragraphs = "Round 3 note.\n\nA round note." if rnd == 3 else "A round note."
+            assert f"|\n\n{paragraphs}\n\nReproduce:" in text and text.count("A round note.") == 1
+            assert "\n\n\n" not in text.split("## ")[0]
             # the card names the shards, and a feature folder of its own is in the command
             assert data.meta["shards"] == "1-2" and "answers to the offline instruction stream " \
                 "(`specviz/train/sources.py`), response shards 1-2 and to" in text
             assert f"--data {data.folder}` with S a folder" in text
             assert f" --data {data.folder}`." in text
             assert text.count("| response shards seen over rounds | 1-2, 5-9 |") == 1
+        assert earlier_paragraphs("| a | b |\n\nReproduce: x\n## S\n\ny\n") == ""
         head = eagle3.load_head(tiny_target)
         assert torch.equal(head.vocab_ids, tr.module.vocab_ids)
         with pytest.raises(Exception, match="another target"):

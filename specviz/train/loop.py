@@ -311,6 +311,15 @@ def earlier_sections(previous_card: str) -> str:
     return f"\n{previous_card[i:].strip()}\n" if i >= 0 else ""
 
 
+def earlier_paragraphs(previous_card: str) -> str:
+    """The previous card's round paragraphs (the prose between its header table and its
+    Reproduce line), which a fine-tuned drafter's new card keeps below this round's note, so the
+    card tells every round; empty when it has none."""
+    head = previous_card.partition("\nReproduce:")[0]
+    i = head.rfind("|\n")
+    return f"\n{head[i + 2:].strip()}\n" if i >= 0 and head[i + 2:].strip() else ""
+
+
 def start_row(state: dict) -> str:
     """A fine-tune's card row: the starting weights' held-out scores on this run's split, so the
     card's before and after are measured alike; empty for fresh weights or an older checkpoint."""
@@ -340,7 +349,8 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
              "steps come before these)" if cfg.init == "shipped" else "fresh weights")
     before = card_before(cfg)
     summed = summed_data_row(before, meta) + seen_row(before, meta, cfg.init)
-    note = f"\n{cfg.note}\n" if cfg.note else ""      # one blank line either side, or none
+    # this round's note, then the earlier rounds' paragraphs: one blank line either side, or none
+    note = (f"\n{cfg.note}\n" if cfg.note else "") + earlier_paragraphs(before)
     span = f", response shards {meta['shards']}" if meta.get("shards") else ""
     if Path(data.folder).resolve() == FEATURE_DIR.resolve():
         build = (f"`python -m specviz train --build-data \\\n--max-seqs "
