@@ -94,12 +94,13 @@ def test_calibration_instructions_are_stratified_and_unused(tmp_path):
 
 
 def test_card_section_is_replaced_not_repeated():
+    from specviz.drafters import weights
     from specviz.train import recalibrate
     card = "# dspark\n\nintro\n\n## Measured\n\ntable\n"
     sec = recalibrate.SECTION + "\n\nfirst\n"
-    once = recalibrate.with_section(card, sec)
+    once = weights.with_section(card, sec)
     assert once.index(recalibrate.SECTION) < once.index("## Measured")
-    twice = recalibrate.with_section(once, recalibrate.SECTION + "\n\nsecond\n")
+    twice = weights.with_section(once, recalibrate.SECTION + "\n\nsecond\n")
     assert twice.count(recalibrate.SECTION) == 1 and "second" in twice and "first" not in twice
     assert twice.endswith("## Measured\n\ntable\n")
 

@@ -166,3 +166,43 @@ def test_the_probe_never_writes_into_a_training_feature_folder(tiny_target, tiny
     with pytest.raises(D.FeatureError, match="holds training features"):
         probe.features(tiny_target, prompts, tiny_data, 12, log=lambda s: None)
     assert not (tiny_data / "probe.safetensors").exists()
+
+
+def test_probe_card_writes_one_section_into_the_candidates_card(tiny_target, tmp_path,
+                                                                monkeypatch, capsys):
+    """`--card LABEL`: the reports go into the last weight set's card as one section above its
+    earlier ones, every figure as the JSON report gives it; a rerun replaces the section."""
+    from specviz.drafters.eagle3 import Eagle3Head
+    from specviz.train import cli
+    from specviz.train.heads import Eagle3Trainable
+    torch.manual_seed(2)
+    a, b = tmp_path / "a", tmp_path / "b"
+    for assets, scale in ((a, 0.0), (b, 0.5)):
+        tr = Eagle3Trainable(Eagle3Head(tiny_target, torch.arange(0, 49152, 12)), steps=3)
+        with torch.no_grad():
+            for p in tr.module.parameters():
+                p.add_(scale * torch.randn_like(p))
+        weights.save("eagle3", *tr.export(), tiny_target.fingerprint, assets=assets)
+    card = b / "eagle3.md"
+    card.write_text("# `eagle3`\n\n| | |\n|---|---|\n\nReproduce: x\n\n## Measured before\n\nold\n")
+    monkeypatch.setattr(cli, "embedded_target", lambda args: tiny_target)
+    argv = ["probe", "--drafter", "eagle3", "--assets", str(a), "--assets", str(b),
+            "--prompts", str(write_prompts(tmp_path / "p.jsonl")), "--data", str(tmp_path / "f"),
+            "--max-new-tokens", "8", "--engine", "eagle3:auto_budget=false", "--json"]
+    assert main([*argv, "--card", "round 2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    text = card.read_text()
+    head = "## Measured on the probe prompts (round 2)"
+    assert text.count(head) == 1 and text.index("Reproduce: x") < text.index(head) < \
+        text.index("## Measured before\n\nold\n")
+    tf, eng = out["teacher_forced"], out["engine"]
+    assert f"| `{a}` | {probe.interval(tf[0])} | – | {probe.interval(eng[0])} | – | 1.00 |" in text
+    d, e = tf[1]["vs_first"], eng[1]["vs_first"]
+    assert (f"| `{b}` | {probe.interval(tf[1])} | **{d['delta']:+.3f}** [{d['ci95'][0]:+.3f}, "
+            f"{d['ci95'][1]:+.3f}] | {probe.interval(eng[1])} | **{e['delta']:+.3f}**") in text
+    assert f"| code | {tf[0]['tau_by_category']['code']:.2f} / " \
+           f"{eng[0]['tau_by_category']['code']:.2f} |" in text
+    assert "`python -m specviz train probe --drafter eagle3 --assets" in text
+    assert not (a / "eagle3.md").exists()                    # only the candidate's card
+    assert main([*argv, "--card", "round 2"]) == 0           # rerun: replaced, not repeated
+    assert card.read_text().count(head) == 1

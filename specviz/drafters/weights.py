@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -111,3 +112,13 @@ def write_card(drafter_id: str, text: str, assets: Path | None = None) -> Path:
     path = (assets or folder()) / f"{drafter_id}.md"
     path.write_text(text)
     return path
+
+
+def with_section(card: str, section: str) -> str:
+    """The card with `section` (markdown that starts with its `## ` heading line) in place of the
+    card's section of the same heading, else inserted before the card's first `## ` heading: the
+    newest measurements come first, below the header."""
+    heading = section.split("\n", 1)[0]
+    card = re.sub(rf"\n{re.escape(heading)}\n.*?(?=\n## |\Z)", "", card, flags=re.S)
+    head, sep, rest = card.partition("\n## ")
+    return head.rstrip() + "\n\n" + section.rstrip() + "\n" + (sep + rest if sep else "")

@@ -11,13 +11,14 @@ artifacts/train/<id>/ and the final weights + model card to assets/.
   python -m specviz train --drafter eagle3 --minutes 12 [--steps N] [--resume] [--init shipped]
   python -m specviz train calibrate [--per-source 8] [--max-new-tokens 128] [--threads 1]
   python -m specviz train calibrate --report-on PROMPTS.jsonl   (score only, per position)
-  python -m specviz train probe --drafter eagle3 [--assets DIR ...] [--json]
+  python -m specviz train probe --drafter eagle3 [--assets DIR ...] [--json] [--card LABEL]
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -267,6 +268,9 @@ def probe_parser() -> argparse.ArgumentParser:
                         "and pair its τ by prompt: a bench variant such as "
                         "eagle3:auto_budget=false (timing-free without auto_budget)")
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
+    p.add_argument("--card", default="", metavar="LABEL",
+                   help="also write the reports into the model card of the last --assets folder "
+                        "(the candidate) as the section 'Measured on the probe prompts (LABEL)'")
     machine_args(p)
     return p
 
@@ -280,6 +284,10 @@ def print_report(r: dict, detail: str) -> None:
         line += f"; vs the first: {d['delta']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
     print(line)
     print("   by category: " + ", ".join(f"{c} {t:.2f}" for c, t in r["tau_by_category"].items()))
+
+
+def progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def main_probe(argv: list[str]) -> int:
@@ -308,7 +316,8 @@ def main_probe(argv: list[str]) -> int:
     categories = [x.category or "-" for x in rows]
     target = embedded_target(args)
     try:
-        folder = probe.features(target, Path(args.prompts), Path(args.data), args.max_new_tokens)
+        folder = probe.features(target, Path(args.prompts), Path(args.data), args.max_new_tokens,
+                                log=progress)      # stdout is the report (--json: JSON only)
     except D.FeatureError as exc:
         p.error(str(exc))
     folders = [Path(a) for a in args.assets or [ASSETS]]
@@ -317,10 +326,18 @@ def main_probe(argv: list[str]) -> int:
         reports = probe.score(target, did, folders, folder, categories, args.precision)
         if args.engine:
             engine = probe.engine_score(target, args.engine, folders, probe.answers(folder),
-                                        categories, args.max_new_tokens,
-                                        log=lambda s: print(s, file=sys.stderr, flush=True))
+                                        categories, args.max_new_tokens, log=progress)
     except DrafterUnavailable as exc:
         p.error(str(exc))
+    if args.card:
+        from specviz.drafters import weights
+        card = folders[-1] / f"{did}.md"
+        old = card.read_text(encoding="utf-8") if card.exists() else f"# `{did}`\n"
+        command = shlex.join(["python", "-m", "specviz", "train", "probe", *argv])
+        section = probe.card_section(args.card, command, f"{len(categories)} prompts of "
+                                     f"{args.prompts}", reports, engine)
+        weights.write_card(did, weights.with_section(old, section), folders[-1])
+        print(f"written to {card}", file=sys.stderr)
     if args.json:
         print(json.dumps({"teacher_forced": reports, "engine": engine}, indent=1))
         return 0

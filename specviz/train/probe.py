@@ -16,7 +16,10 @@ drafting): each weight set's engine τ (new tokens per target forward, timing-fr
 auto_budget=false) over the same prompts, greedy, paired by prompt with a bootstrap interval,
 and how many runs reproduce the target's cached answer (tie-aware, as `bench` judges against `ar`).
 
-Boundary: scores only; nothing timed, nothing written to assets/.
+`--card LABEL` also writes the reports into the model card of the last weight set (the candidate),
+as a section headed by LABEL ("round 13", say) above the card's earlier sections.
+
+Boundary: scores, and that one card section; nothing timed, no weights written.
 """
 from __future__ import annotations
 
@@ -216,3 +219,52 @@ def engine_score(target, variant: str, assets_dirs: list[Path],
                                             by_category(categories, *runs).items()}})
         per_prompt.append(runs)
     return paired_with_first(reports, per_prompt)
+
+
+def interval(r: dict) -> str:
+    lo, hi = r["ci95"]
+    return f"{r['tau']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def difference(r: dict) -> str:
+    if "vs_first" not in r:
+        return "–"
+    d = r["vs_first"]
+    return f"**{d['delta']:+.3f}** [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
+
+
+def card_section(label: str, command: str, prompts: str, reports: list[dict],
+                 engine: list[dict]) -> str:
+    """A model-card section of a probe: per weight set (a row each, named by its folder), the
+    teacher-forced τ and, when the engine ran, the engine τ and its greedy match rate, each with
+    its interval and its paired difference to the first set; then τ by category."""
+    cols = "| weights | teacher-forced chain τ | vs the first |"
+    rule = "|---|---|---|"
+    if engine:
+        cols += f" engine τ (`{engine[0]['variant']}`) | vs the first | greedy match |"
+        rule += "---|---|---|"
+    rows = []
+    for i, r in enumerate(reports):
+        row = f"| `{r['assets']}` | {interval(r)} | {difference(r)} |"
+        if engine:
+            e = engine[i]
+            row += f" {interval(e)} | {difference(e)} | {e['greedy_match_rate']:.2f} |"
+        rows.append(row)
+    n = len(reports)
+    cats = "\n".join(
+        f"| {c} | " + " | ".join(
+            f"{r['tau_by_category'][c]:.2f}" + (f" / {e['tau_by_category'][c]:.2f}" if e else "")
+            for r, e in zip(reports, engine or [None] * n)) + " |"
+        for c in reports[0]["tau_by_category"])
+    return (f"## Measured on the probe prompts ({label})\n\n"
+            f"`{command}`: {prompts} (hand-written, in the dev categories; no training shard "
+            "answers them). Teacher-forced on the target's greedy answers; the engine runs "
+            "greedy and is matched against those answers. 95% bootstrap intervals over "
+            f"prompts; each weight set after the first is paired with the first by prompt "
+            f"({reports[0]['n']} teacher-forced start positions"
+            + (f"; the engine: {', '.join(str(e['target_forwards']) for e in engine)} target "
+               "forwards" if engine else "") + ").\n\n"
+            f"{cols}\n{rule}\n" + "\n".join(rows) + "\n\n"
+            "τ by category, teacher-forced" + (" / engine" if engine else "") + ":\n\n"
+            "| category | " + " | ".join(f"`{r['assets']}`" for r in reports) + " |\n"
+            "|---|" + "---|" * n + "\n" + cats + "\n")

@@ -27,7 +27,6 @@ unchanged.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -250,13 +249,5 @@ def fit_and_ship(target, z: torch.Tensor, s: torch.Tensor, prompt: torch.Tensor,
             k: report[k] for k in ("after", "blocks_fit", "blocks_report")}
         weights.save(ID, tensors, cfg, target.fingerprint)
         card = weights.folder() / f"{ID}.md"
-        weights.write_card(ID, with_section(card.read_text(), card_section(report, cmd)))
+        weights.write_card(ID, weights.with_section(card.read_text(), card_section(report, cmd)))
     return report
-
-
-def with_section(card: str, section: str) -> str:
-    """The card with `section` (which starts with SECTION) in place of its old one, else inserted
-    before the card's first `## ` heading."""
-    card = re.sub(rf"\n{re.escape(SECTION)}\n.*?(?=\n## |\Z)", "", card, flags=re.S)
-    head, sep, rest = card.partition("\n## ")
-    return head.rstrip() + "\n\n" + section.rstrip() + "\n" + (sep + rest if sep else "")
