@@ -156,11 +156,22 @@ def test_ship_and_load(tiny_target, tiny_data, tmp_path, capsys):
             assert f"--data {data.folder}` with S a folder" in text
             assert f" --data {data.folder}`." in text
             assert text.count("| response shards seen over rounds | 1-2, 5-9 |") == 1
-        assert earlier_paragraphs("| a | b |\n\nReproduce: x\n## S\n\ny\n") == ""
         head = eagle3.load_head(tiny_target)
         assert torch.equal(head.vocab_ids, tr.module.vocab_ids)
         with pytest.raises(Exception, match="another target"):
             weights.load("eagle3", "0" * 16)
+
+
+def test_earlier_paragraphs_are_the_prose_between_header_table_and_sections():
+    """Round paragraphs sit above or below the Reproduce paragraph and may hold tables of their
+    own; the description above the header table, Reproduce and the sections are not kept."""
+    card = ("# `d`\n\nWhat it is.\n\n| | |\n|---|---|\n| steps | 9 |\n\nRound 3: text.\n\n"
+            "| run | τ |\n|---|---|\n| 3a | 2.0 |\n\nAfter the table.\n\nReproduce: a\nb `x`.\n\n"
+            "Round 2: older.\n\n## Measured\n\nfigures\n")
+    assert earlier_paragraphs(card) == ("\nRound 3: text.\n\n| run | τ |\n|---|---|\n| 3a | 2.0 |"
+                                        "\n\nAfter the table.\n\nRound 2: older.\n")
+    assert earlier_paragraphs("# `d`\n\n| a | b |\n\nReproduce: x\n\n## S\n\ny\n") == ""
+    assert earlier_paragraphs("") == ""
 
 
 def test_fine_tuning_starts_from_shipped_weights(tiny_target, tiny_data):

@@ -312,12 +312,19 @@ def earlier_sections(previous_card: str) -> str:
 
 
 def earlier_paragraphs(previous_card: str) -> str:
-    """The previous card's round paragraphs (the prose between its header table and its
-    Reproduce line), which a fine-tuned drafter's new card keeps below this round's note, so the
-    card tells every round; empty when it has none."""
-    head = previous_card.partition("\nReproduce:")[0]
-    i = head.rfind("|\n")
-    return f"\n{head[i + 2:].strip()}\n" if i >= 0 and head[i + 2:].strip() else ""
+    """The previous card's round paragraphs: its prose below the header table and above its first
+    `## ` section, less its Reproduce paragraph (tables inside a round's prose stay). A
+    fine-tuned drafter's new card keeps them below this round's note, so the card tells every
+    round; empty when there are none."""
+    head = previous_card.split("\n## ", 1)[0]
+    lines = head.split("\n")
+    table = next((i for i, x in enumerate(lines) if x.startswith("|")), len(lines))
+    while table < len(lines) and lines[table].startswith("|"):
+        table += 1                                      # past the header table
+    rest = "\n".join(lines[table:])
+    rest = re.sub(r"(?ms)^Reproduce:.*?(?=\n\s*\n|\Z)", "", rest)
+    rest = re.sub(r"\n{3,}", "\n\n", rest).strip()
+    return f"\n{rest}\n" if rest else ""
 
 
 def start_row(state: dict) -> str:
