@@ -198,8 +198,10 @@ def test_probe_card_writes_one_section_into_the_candidates_card(tiny_target, tmp
     tf, eng = out["teacher_forced"], out["engine"]
     assert f"| `{a}` | {probe.interval(tf[0])} | – | {probe.interval(eng[0])} | – | 1.00 |" in text
     d, e = tf[1]["vs_first"], eng[1]["vs_first"]
-    assert (f"| `{b}` | {probe.interval(tf[1])} | **{d['delta']:+.3f}** [{d['ci95'][0]:+.3f}, "
-            f"{d['ci95'][1]:+.3f}] | {probe.interval(eng[1])} | **{e['delta']:+.3f}**") in text
+    assert (f"| `{b}` | {probe.interval(tf[1])} | **{probe.signed(d['delta'])}** "
+            f"[{probe.signed(d['ci95'][0])}, {probe.signed(d['ci95'][1])}] | "
+            f"{probe.interval(eng[1])} | **{probe.signed(e['delta'])}**") in text
+    assert [probe.signed(x) for x in (0.0, -0.0003, 0.0418)] == ["+0.000", "-0.0003", "+0.042"]
     assert f"| code | {tf[0]['tau_by_category']['code']:.2f} / " \
            f"{eng[0]['tau_by_category']['code']:.2f} |" in text
     assert "`python -m specviz train probe --drafter eagle3 --assets" in text

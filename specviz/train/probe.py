@@ -226,11 +226,16 @@ def interval(r: dict) -> str:
     return f"{r['tau']:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
+def signed(x: float) -> str:
+    """x with its sign and 3 decimals, or 4 where 3 would hide which side of 0 it lies."""
+    return f"{x:+.3f}" if x == 0 or abs(x) >= 5e-4 else f"{x:+.4f}"
+
+
 def difference(r: dict) -> str:
     if "vs_first" not in r:
         return "–"
     d = r["vs_first"]
-    return f"**{d['delta']:+.3f}** [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
+    return f"**{signed(d['delta'])}** [{signed(d['ci95'][0])}, {signed(d['ci95'][1])}]"
 
 
 def card_section(label: str, command: str, prompts: str, reports: list[dict],
