@@ -40,9 +40,22 @@ def write_prompts(path: Path) -> Path:
     return path
 
 
-def test_probe_scores_and_pairs_weight_sets(tiny_target, tmp_path):
+def weight_sets(target, tmp_path: Path, seed: int) -> tuple[Path, Path]:
+    """Two assets folders of eagle3 weights: a trainable's own, and the same perturbed by 0.5."""
     from specviz.drafters.eagle3 import Eagle3Head
     from specviz.train.heads import Eagle3Trainable
+    torch.manual_seed(seed)
+    a, b = tmp_path / "a", tmp_path / "b"
+    for assets, scale in ((a, 0.0), (b, 0.5)):
+        tr = Eagle3Trainable(Eagle3Head(target, torch.arange(0, 49152, 12)), steps=3)
+        with torch.no_grad():
+            for p in tr.module.parameters():
+                p.add_(scale * torch.randn_like(p))
+        weights.save("eagle3", *tr.export(), target.fingerprint, assets=assets)
+    return a, b
+
+
+def test_probe_scores_and_pairs_weight_sets(tiny_target, tmp_path):
     prompts = write_prompts(tmp_path / "p.jsonl")
     folder = probe.features(tiny_target, prompts, tmp_path / "f", 12, log=lambda s: None)
     built = (folder / "probe.safetensors").stat().st_mtime_ns
@@ -51,16 +64,7 @@ def test_probe_scores_and_pairs_weight_sets(tiny_target, tmp_path):
     probe.features(tiny_target, prompts, folder, 10, log=lambda s: None)   # another length
     assert (folder / "probe.safetensors").stat().st_mtime_ns != built
 
-    torch.manual_seed(0)
-    vocab = torch.arange(0, 49152, 12)
-    a, b = tmp_path / "a", tmp_path / "b"
-    for assets, scale in ((a, 0.0), (b, 0.5)):
-        tr = Eagle3Trainable(Eagle3Head(tiny_target, vocab), steps=3)
-        with torch.no_grad():
-            for p in tr.module.parameters():
-                p.add_(scale * torch.randn_like(p))
-        tensors, config = tr.export()
-        weights.save("eagle3", tensors, config, tiny_target.fingerprint, assets=assets)
+    a, b = weight_sets(tiny_target, tmp_path, 0)
     cats = ["chat", "code", "chat"]
     ra, rb, ra2 = probe.score(tiny_target, "eagle3", [a, b, a], folder, cats, "fp32")
     assert ra["n"] > 0 and ra["n"] == rb["n"]
@@ -92,17 +96,8 @@ def test_probe_engine_runs_each_weight_set_and_pairs_by_prompt(tiny_target, tmp_
     is in use), its τ is new tokens per target forward, and a folder paired with itself
     differs by exactly 0."""
     from specviz import runner
-    from specviz.drafters.eagle3 import Eagle3Head
     from specviz.engine.decode import GenSettings
-    from specviz.train.heads import Eagle3Trainable
-    torch.manual_seed(1)
-    a, b = tmp_path / "a", tmp_path / "b"
-    for assets, scale in ((a, 0.0), (b, 0.5)):
-        tr = Eagle3Trainable(Eagle3Head(tiny_target, torch.arange(0, 49152, 12)), steps=3)
-        with torch.no_grad():
-            for p in tr.module.parameters():
-                p.add_(scale * torch.randn_like(p))
-        weights.save("eagle3", *tr.export(), tiny_target.fingerprint, assets=assets)
+    a, b = weight_sets(tiny_target, tmp_path, 1)
     read = []
     real_load = weights.load
     monkeypatch.setattr(weights, "load", lambda *x, **k: read.append(weights.folder())
@@ -172,17 +167,8 @@ def test_probe_card_writes_one_section_into_the_candidates_card(tiny_target, tmp
                                                                 monkeypatch, capsys):
     """`--card LABEL`: the reports go into the last weight set's card as one section above its
     earlier ones, every figure as the JSON report gives it; a rerun replaces the section."""
-    from specviz.drafters.eagle3 import Eagle3Head
     from specviz.train import cli
-    from specviz.train.heads import Eagle3Trainable
-    torch.manual_seed(2)
-    a, b = tmp_path / "a", tmp_path / "b"
-    for assets, scale in ((a, 0.0), (b, 0.5)):
-        tr = Eagle3Trainable(Eagle3Head(tiny_target, torch.arange(0, 49152, 12)), steps=3)
-        with torch.no_grad():
-            for p in tr.module.parameters():
-                p.add_(scale * torch.randn_like(p))
-        weights.save("eagle3", *tr.export(), tiny_target.fingerprint, assets=assets)
+    a, b = weight_sets(tiny_target, tmp_path, 2)
     card = b / "eagle3.md"
     card.write_text("# `eagle3`\n\n| | |\n|---|---|\n\nReproduce: x\n\n## Measured before\n\nold\n")
     monkeypatch.setattr(cli, "embedded_target", lambda args: tiny_target)
