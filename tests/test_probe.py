@@ -131,6 +131,36 @@ def test_probe_engine_runs_each_weight_set_and_pairs_by_prompt(tiny_target, tmp_
     assert matches.tolist() == [False, True, True]
 
 
+def test_engine_runs_are_kept_and_reused_until_what_they_depend_on_changes(tiny_target, tmp_path,
+                                                                            monkeypatch):
+    """A weight set's engine runs are made once per cache: the same call reads them back, while
+    other weights, another variant or another answer length run the engine again."""
+    a, b = weight_sets(tiny_target, tmp_path, 3)
+    prompts = write_prompts(tmp_path / "p.jsonl")
+    refs = probe.answers(probe.features(tiny_target, prompts, tmp_path / "f", 8, log=lambda s: None))
+    made = []
+    real = probe.engine_runs
+    monkeypatch.setattr(probe, "engine_runs", lambda t, v, r, assets, n: made.append(
+        (v, assets, n)) or real(t, v, r, assets, n))
+    cache, cats, v = tmp_path / "cache", ["chat", "code", "chat"], "eagle3:auto_budget=false"
+    first = probe.engine_score(tiny_target, v, [a, b], refs, cats, 8, lambda s: None, cache)
+    assert made == [(v, a, 8), (v, b, 8)] and len(list(cache.glob("*.json"))) == 2
+    again = probe.engine_score(tiny_target, v, [a, b], refs, cats, 8, lambda s: None, cache)
+    assert again == first and len(made) == 2                 # read back, not run
+    probe.engine_score(tiny_target, "eagle3:mode=chain", [a], refs, cats, 8, lambda s: None, cache)
+    probe.engine_score(tiny_target, v, [a], refs, cats, 6, lambda s: None, cache)
+    assert made[2:] == [("eagle3:mode=chain", a, 8), (v, a, 6)]
+    (b / "eagle3.safetensors").write_bytes((a / "eagle3.safetensors").read_bytes())
+    [rb] = probe.engine_score(tiny_target, v, [b], refs, cats, 8, lambda s: None, cache)
+    assert len(made) == 4 and rb["tau"] == first[0]["tau"]   # a's weights, wherever they lie
+    _, other = weight_sets(tiny_target, tmp_path / "other", 4)
+    (b / "eagle3.safetensors").write_bytes((other / "eagle3.safetensors").read_bytes())
+    probe.engine_score(tiny_target, v, [b], refs, cats, 8, lambda s: None, cache)
+    assert made[4:] == [(v, b, 8)]                           # new weights: run anew
+    probe.engine_score(tiny_target, v, [a], refs, cats, 8, lambda s: None)
+    assert made[5:] == [(v, a, 8)]                           # no cache: always run
+
+
 def test_probe_cli_refuses_a_bad_engine_variant(capsys):
     for variant, msg in (("nope", "unknown strategy"), ("eagle3:depth=-1", "--engine")):
         with pytest.raises(SystemExit):

@@ -266,7 +266,9 @@ def probe_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", default="", metavar="VARIANT",
                    help="also run the engine (greedy) on the probe prompts with each weight set "
                         "and pair its τ by prompt: a bench variant such as "
-                        "eagle3:auto_budget=false (timing-free without auto_budget)")
+                        "eagle3:auto_budget=false (timing-free without auto_budget); a weight "
+                        "set's runs are kept in the --data folder and reused while nothing they "
+                        "depend on changes")
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
     p.add_argument("--card", default="", metavar="LABEL",
                    help="also write the reports into the model card of the last --assets folder "
@@ -326,7 +328,8 @@ def main_probe(argv: list[str]) -> int:
         reports = probe.score(target, did, folders, folder, categories, args.precision)
         if args.engine:
             engine = probe.engine_score(target, args.engine, folders, probe.answers(folder),
-                                        categories, args.max_new_tokens, log=progress)
+                                        categories, args.max_new_tokens, log=progress,
+                                        cache=folder / "engine")
     except DrafterUnavailable as exc:
         p.error(str(exc))
     if args.card:

@@ -15,14 +15,20 @@ bootstrap, and paired against the first one.
 drafting): each weight set's engine τ (new tokens per target forward, timing-free with
 auto_budget=false) over the same prompts, greedy, paired by prompt with a bootstrap interval,
 and how many runs reproduce the target's cached answer (tie-aware, as `bench` judges against `ar`).
+A weight set's engine runs are kept in the probe folder (engine/), keyed by everything they
+depend on: the variant, the answer length, the probe's answers, the target, every weight file of
+the folder and the specviz source. Scoring a new candidate against the same shipped weights then
+runs the engine for the candidate only (a run costs up to 15 minutes of one core).
 
 `--card LABEL` also writes the reports into the model card of the last weight set (the candidate),
 as a section headed by LABEL ("round 13", say) above the card's earlier sections.
 
-Boundary: scores, and that one card section; nothing timed, no weights written.
+Boundary: scores, that one card section and the engine runs' cache; nothing timed, no weights
+written.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 from pathlib import Path
@@ -200,16 +206,53 @@ def engine_runs(target, variant: str, refs: list[tuple[list[int], list[int]]], a
             np.array(matches, dtype=bool))
 
 
+def engine_key(target, variant: str, refs: list[tuple[list[int], list[int]]], assets: Path,
+               max_new_tokens: int) -> str:
+    """What `engine_runs` returns depends on: the variant, the answer length, the prompts and
+    answers, the target, every weight file of `assets` and the engine's source."""
+    import specviz
+    h = hashlib.sha256(json.dumps([variant, max_new_tokens, target.fingerprint, refs]).encode())
+    files = sorted(Path(assets).glob("*.safetensors")) + sorted(
+        Path(specviz.__file__).parent.rglob("*.py"))
+    for p in files:
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:24]
+
+
+def cached_engine_runs(target, variant: str, refs: list[tuple[list[int], list[int]]],
+                       assets: Path, max_new_tokens: int, cache: Path | None,
+                       log=print) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`engine_runs`, read from `cache` when these exact runs were made before, else made and
+    kept there (no cache: always made)."""
+    path = Path(cache) / f"{engine_key(target, variant, refs, assets, max_new_tokens)}.json" \
+        if cache is not None else None
+    if path is not None and path.exists():
+        log(f"engine: {variant} with {assets}: the runs made before ({path.name})")
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        return (np.array(kept["tokens"], dtype=float), np.array(kept["forwards"], dtype=float),
+                np.array(kept["matches"], dtype=bool))
+    log(f"engine: {variant} with {assets}, {len(refs)} prompts")
+    runs = engine_runs(target, variant, refs, assets, max_new_tokens)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kept = {"variant": variant, "assets": str(assets), "tokens": runs[0].tolist(),
+                "forwards": runs[1].tolist(), "matches": runs[2].tolist()}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(kept), encoding="utf-8")
+        tmp.replace(path)
+    return runs
+
+
 def engine_score(target, variant: str, assets_dirs: list[Path],
                  refs: list[tuple[list[int], list[int]]], categories: list[str],
-                 max_new_tokens: int, log=print) -> list[dict]:
+                 max_new_tokens: int, log=print, cache: Path | None = None) -> list[dict]:
     """One report per assets folder: the engine τ of `variant` over the prompts of `refs` (see
-    `engine_runs`) with its interval, the greedy match rate against the target's answers, τ by
+    `engine_runs`, kept in `cache` when given) with its interval, the greedy match rate against the target's answers, τ by
     category, and (after the first) the paired difference to the first."""
     reports, per_prompt = [], []
     for assets in assets_dirs:
-        log(f"engine: {variant} with {assets}, {len(refs)} prompts")
-        *runs, matches = engine_runs(target, variant, refs, assets, max_new_tokens)
+        *runs, matches = cached_engine_runs(target, variant, refs, assets, max_new_tokens,
+                                            cache, log)
         reports.append({"assets": str(assets), "variant": variant,
                         "tau": round(float(runs[0].sum() / runs[1].sum()), 4),
                         "ci95": ci95(resampled(*runs)), "tokens": int(runs[0].sum()),
