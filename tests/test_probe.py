@@ -136,8 +136,9 @@ def test_engine_runs_are_kept_and_reused_until_what_they_depend_on_changes(tiny_
     """A weight set's engine runs are made once per cache: the same call reads them back, while
     other weights, another variant or another answer length run the engine again."""
     a, b = weight_sets(tiny_target, tmp_path, 3)
-    prompts = write_prompts(tmp_path / "p.jsonl")
-    refs = probe.answers(probe.features(tiny_target, prompts, tmp_path / "f", 8, log=lambda s: None))
+    folder = probe.features(tiny_target, write_prompts(tmp_path / "p.jsonl"), tmp_path / "f", 8,
+                            log=lambda s: None)
+    refs = probe.answers(folder)
     made = []
     real = probe.engine_runs
     monkeypatch.setattr(probe, "engine_runs", lambda t, v, r, assets, n: made.append(

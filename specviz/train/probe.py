@@ -215,7 +215,7 @@ def engine_key(target, variant: str, refs: list[tuple[list[int], list[int]]], as
     files = sorted(Path(assets).glob("*.safetensors")) + sorted(
         Path(specviz.__file__).parent.rglob("*.py"))
     for p in files:
-        h.update(p.name.encode() + b"\0" + p.read_bytes())
+        h.update(f"{p.name}\0{D.file_digest(p)}\0".encode())
     return h.hexdigest()[:24]
 
 
@@ -247,8 +247,9 @@ def engine_score(target, variant: str, assets_dirs: list[Path],
                  refs: list[tuple[list[int], list[int]]], categories: list[str],
                  max_new_tokens: int, log=print, cache: Path | None = None) -> list[dict]:
     """One report per assets folder: the engine τ of `variant` over the prompts of `refs` (see
-    `engine_runs`, kept in `cache` when given) with its interval, the greedy match rate against the target's answers, τ by
-    category, and (after the first) the paired difference to the first."""
+    `engine_runs`, kept in `cache` when given) with its interval, the greedy match rate against
+    the target's answers, τ by category, and (after the first) the paired difference to the
+    first."""
     reports, per_prompt = [], []
     for assets in assets_dirs:
         *runs, matches = cached_engine_runs(target, variant, refs, assets, max_new_tokens,
