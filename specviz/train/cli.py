@@ -12,6 +12,7 @@ artifacts/train/<id>/ and the final weights + model card to assets/.
   python -m specviz train calibrate [--per-source 8] [--max-new-tokens 128] [--threads 1]
   python -m specviz train calibrate --report-on PROMPTS.jsonl   (score only, per position)
   python -m specviz train probe --drafter eagle3 [--assets DIR ...] [--json] [--card LABEL]
+  python -m specviz train tree [--nodes 20] [--per-source 4] [--max-new-tokens 64] [--json]
 """
 from __future__ import annotations
 
@@ -357,6 +358,45 @@ def main_probe(argv: list[str]) -> int:
     return 0
 
 
+def tree_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m specviz train tree",
+        description="Measure which static tree of rank paths suits the shipped eagle1 head: "
+                    "greedy engine runs with a wide tree on held-out instructions, then the "
+                    "NODES paths accepted most often (drafters/eagle.py keeps the chosen tree)")
+    p.add_argument("--nodes", type=int, default=20, help="draft nodes of the chosen tree")
+    p.add_argument("--per-source", type=int, default=4,
+                   help="held-out instructions per source (train calibrate's mix)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--json", action="store_true")
+    machine_args(p)
+    return p
+
+
+def main_tree(argv: list[str]) -> int:
+    args = tree_parser().parse_args(argv)
+    if not 1 <= args.nodes <= 64:
+        tree_parser().error("--nodes must be in 1..64")
+    if not 1 <= args.per_source <= 200 or args.max_new_tokens < 1:
+        tree_parser().error("--per-source must be in 1..200 and --max-new-tokens at least 1")
+    from specviz import runner
+    from specviz.train import recalibrate, treeshape
+    target = embedded_target(args)
+    prompts = [runner.encode(target, it["prompt"])
+               for it in recalibrate.instructions(args.per_source)]
+    r = treeshape.measure(target, prompts, args.max_new_tokens, args.nodes, log=progress)
+    if args.json:
+        print(json.dumps(r))
+        return 0
+    print(f"{r['prompts']} prompts drafting a {r['wide_nodes']}-node tree: {r['fit_steps']} steps "
+          f"of the even-numbered ones choose, {r['held_out_steps']} of the odd-numbered score "
+          f"(the wide tree: tau {r['tau_wide']:.3f} on them)")
+    print(f"held out: the chosen {args.nodes}-node tree tau {r['tau_chosen']:.3f}, the shipped "
+          f"STATIC_TREE {r['tau_shipped']:.3f}")
+    print(json.dumps([tuple(p) for p in r["tree"]]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "data":
         return main_data(argv[1:])
@@ -364,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         return main_calibrate(argv[1:])
     if argv and argv[0] == "probe":
         return main_probe(argv[1:])
+    if argv and argv[0] == "tree":
+        return main_tree(argv[1:])
     args = parser().parse_args(argv)
     if not args.build_data and not args.drafter:
         parser().error("give --build-data or --drafter ID")
