@@ -44,8 +44,7 @@ def test_a_sub_tree_accepts_what_the_wide_run_predicts(target):
     [wide_steps] = ts.accepted_paths(target, [ids], 4, ts.wide(), log=lambda _: None)
     first = wide_steps[0]
     sub = ts.choose(ts.prefix_counts([first]), ts.wide(), 12)   # holds the accepted path
-    drafter = eagle.EagleDrafter(eagle.load_head(target), None)
-    drafter.shape = sub
+    drafter = ts.static_drafter(target, sub)
     n = next(e.n_accepted for e in run(target, ids, GenSettings(max_new_tokens=4), drafter)
              if isinstance(e, ev.Accepted))
     assert n == len(first) == sum(ts.prefix_counts([first])[p] for p in sub)

@@ -374,11 +374,12 @@ def tree_parser() -> argparse.ArgumentParser:
 
 
 def main_tree(argv: list[str]) -> int:
-    args = tree_parser().parse_args(argv)
+    p = tree_parser()
+    args = p.parse_args(argv)
     if not 1 <= args.nodes <= 64:
-        tree_parser().error("--nodes must be in 1..64")
+        p.error("--nodes must be in 1..64")
     if not 1 <= args.per_source <= 200 or args.max_new_tokens < 1:
-        tree_parser().error("--per-source must be in 1..200 and --max-new-tokens at least 1")
+        p.error("--per-source must be in 1..200 and --max-new-tokens at least 1")
     from specviz import runner
     from specviz.train import recalibrate, treeshape
     target = embedded_target(args)
@@ -397,15 +398,13 @@ def main_tree(argv: list[str]) -> int:
     return 0
 
 
+SUBCOMMANDS = {"data": main_data, "calibrate": main_calibrate, "probe": main_probe,
+               "tree": main_tree}
+
+
 def main(argv: list[str] | None = None) -> int:
-    if argv and argv[0] == "data":
-        return main_data(argv[1:])
-    if argv and argv[0] == "calibrate":
-        return main_calibrate(argv[1:])
-    if argv and argv[0] == "probe":
-        return main_probe(argv[1:])
-    if argv and argv[0] == "tree":
-        return main_tree(argv[1:])
+    if argv and argv[0] in SUBCOMMANDS:
+        return SUBCOMMANDS[argv[0]](argv[1:])
     args = parser().parse_args(argv)
     if not args.build_data and not args.drafter:
         parser().error("give --build-data or --drafter ID")

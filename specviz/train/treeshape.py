@@ -34,12 +34,18 @@ def wide(depth: int = 8) -> list[RankPath]:
             if sum(p) <= allow(n)]
 
 
+def static_drafter(target, shape: list[RankPath]) -> eagle.EagleDrafter:
+    """The shipped eagle1 head drafting the static tree `shape` instead of STATIC_TREE."""
+    drafter = eagle.EagleDrafter(eagle.load_head(target), None)
+    drafter.shape = shape
+    return drafter
+
+
 def accepted_paths(target, prompts: list[list[int]], max_new_tokens: int, shape: list[RankPath],
                    log=print) -> list[list[RankPath]]:
     """Per prompt (token ids), the deepest accepted path of every step of its greedy eagle1 run
     drafting the depth-ordered tree `shape`; () where no draft was accepted."""
-    drafter = eagle.EagleDrafter(eagle.load_head(target), None)
-    drafter.shape = shape
+    drafter = static_drafter(target, shape)
     node_path = [()] + list(shape)    # tree node i + 1 is shape[i]: to_tree orders by depth
     out: list[list[RankPath]] = []
     for i, ids in enumerate(prompts):
