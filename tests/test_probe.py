@@ -133,8 +133,9 @@ def test_probe_engine_runs_each_weight_set_and_pairs_by_prompt(tiny_target, tmp_
 
 def test_engine_runs_are_kept_and_reused_until_what_they_depend_on_changes(tiny_target, tmp_path,
                                                                             monkeypatch):
-    """A weight set's engine runs are made once per cache: the same call reads them back, while
-    other weights, another variant or another answer length run the engine again."""
+    """A weight set's engine runs are made once per cache: the same call reads them back (also
+    when another drafter's weights in the folder change), while other weights of the drafter,
+    another variant or another answer length run the engine again."""
     a, b = weight_sets(tiny_target, tmp_path, 3)
     folder = probe.features(tiny_target, write_prompts(tmp_path / "p.jsonl"), tmp_path / "f", 8,
                             log=lambda s: None)
@@ -145,9 +146,13 @@ def test_engine_runs_are_kept_and_reused_until_what_they_depend_on_changes(tiny_
         (v, assets, n)) or real(t, v, r, assets, n))
     cache, cats, v = tmp_path / "cache", ["chat", "code", "chat"], "eagle3:auto_budget=false"
     first = probe.engine_score(tiny_target, v, [a, b], refs, cats, 8, lambda s: None, cache)
-    assert made == [(v, a, 8), (v, b, 8)] and len(list(cache.glob("*.json"))) == 2
+    [kept] = cache.glob("*.json")                              # one key, two weight sets
+    assert made == [(v, a, 8), (v, b, 8)] and len(json.loads(kept.read_text())["runs"]) == 2
     again = probe.engine_score(tiny_target, v, [a, b], refs, cats, 8, lambda s: None, cache)
     assert again == first and len(made) == 2                 # read back, not run
+    (a / "draft.safetensors").write_bytes(b"another drafter's weights")
+    assert probe.engine_score(tiny_target, v, [a], refs, cats, 8, lambda s: None,
+                              cache) == first[:1] and len(made) == 2   # not what eagle3 reads
     probe.engine_score(tiny_target, "eagle3:mode=chain", [a], refs, cats, 8, lambda s: None, cache)
     probe.engine_score(tiny_target, v, [a], refs, cats, 6, lambda s: None, cache)
     assert made[2:] == [("eagle3:mode=chain", a, 8), (v, a, 6)]

@@ -3,7 +3,8 @@ and a model card per drafter.
 
 Boundary: files only. The folder is `SPECVIZ_ASSETS` (default assets/), or the one `use(dir)` sets
 for the code inside it (a context variable: another thread keeps its own), so that one process can
-run the engine on two weight sets in turn (`train probe --engine`). `save` writes
+run the engine on two weight sets in turn (`train probe --engine`); `recording()` lists the
+files `load` reads inside it (what a cached engine run depends on). `save` writes
 `<id>.safetensors` (or `<id>-00001-of-0000N...` shards, each at most MAX_FILE_BYTES) in bf16 for
 floating tensors; `load` checks the fingerprint and returns (tensors, config), raising
 DrafterUnavailable with a how-to-fix message when the files are missing or were trained for
@@ -27,6 +28,7 @@ from specviz.drafters.base import DrafterUnavailable
 ASSETS = Path(os.environ.get("SPECVIZ_ASSETS", Path(__file__).resolve().parents[2] / "assets"))
 MAX_FILE_BYTES = 16 * 1024 * 1024 - 64 * 1024   # under 16 MiB with room for the header
 _folder: ContextVar[Path] = ContextVar("assets", default=ASSETS)
+_read: ContextVar[list[Path] | None] = ContextVar("read", default=None)
 
 
 def folder() -> Path:
@@ -42,6 +44,17 @@ def use(assets: Path):
         yield
     finally:
         _folder.reset(token)
+
+
+@contextmanager
+def recording():
+    """Yields a list that collects every weight file `load` reads inside the block."""
+    read: list[Path] = []
+    token = _read.set(read)
+    try:
+        yield read
+    finally:
+        _read.reset(token)
 
 
 def files(drafter_id: str, assets: Path | None = None) -> list[Path]:
@@ -91,6 +104,8 @@ def load(drafter_id: str, fingerprint: str, assets: Path | None = None,
     if not paths:
         raise DrafterUnavailable(f"{drafter_id} weights not found in {assets}; train them with: "
                                  f"python -m specviz train --drafter {hint}")
+    if (read := _read.get()) is not None:
+        read.extend(paths)
     tensors: dict[str, torch.Tensor] = {}
     config: dict = {}
     for path in paths:

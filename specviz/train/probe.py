@@ -15,10 +15,13 @@ bootstrap, and paired against the first one.
 drafting): each weight set's engine τ (new tokens per target forward, timing-free with
 auto_budget=false) over the same prompts, greedy, paired by prompt with a bootstrap interval,
 and how many runs reproduce the target's cached answer (tie-aware, as `bench` judges against `ar`).
-A weight set's engine runs are kept in the probe folder (engine/), keyed by everything they
-depend on: the variant, the answer length, the probe's answers, the target, every weight file of
-the folder and the specviz source. Scoring a new candidate against the same shipped weights then
-runs the engine for the candidate only (a run costs up to 15 minutes of one core).
+A weight set's engine runs are kept in the probe folder (engine/), under a key of what they
+depend on besides the weights (the variant, the answer length, the probe's answers, the target and
+the source the engine runs: specviz outside train/, ui/ and viz/, which it never imports, and this
+module), with the digest of each weight file the runs read. They are reused for any folder whose
+files of those names match, so new weights of one drafter leave the others' runs valid, and
+scoring a new candidate against the same shipped weights runs the engine for the candidate only
+(a run costs up to 15 minutes of one core).
 
 `--card LABEL` also writes the reports into the model card of the last weight set (the candidate),
 as a section headed by LABEL ("round 13", say) above the card's earlier sections.
@@ -206,37 +209,51 @@ def engine_runs(target, variant: str, refs: list[tuple[list[int], list[int]]], a
             np.array(matches, dtype=bool))
 
 
-def engine_key(target, variant: str, refs: list[tuple[list[int], list[int]]], assets: Path,
+def engine_key(target, variant: str, refs: list[tuple[list[int], list[int]]],
                max_new_tokens: int) -> str:
-    """What `engine_runs` returns depends on: the variant, the answer length, the prompts and
-    answers, the target, every weight file of `assets` and the engine's source."""
+    """What `engine_runs` returns depends on, besides the weights it reads: the variant, the
+    answer length, the prompts and answers, the target and the source the engine runs (specviz
+    outside the train, ui and viz packages, which it never imports; and this module)."""
     import specviz
+    root = Path(specviz.__file__).parent
     h = hashlib.sha256(json.dumps([variant, max_new_tokens, target.fingerprint, refs]).encode())
-    files = sorted(Path(assets).glob("*.safetensors")) + sorted(
-        Path(specviz.__file__).parent.rglob("*.py"))
-    for p in files:
-        h.update(f"{p.name}\0{D.file_digest(p)}\0".encode())
+    source = [p for p in sorted(root.rglob("*.py"))
+              if p.relative_to(root).parts[0] not in ("train", "ui", "viz")]
+    for p in [*source, Path(__file__)]:
+        h.update(f"{p.relative_to(root)}\0{D.file_digest(p)}\0".encode())
     return h.hexdigest()[:24]
+
+
+def digests(assets: Path, names) -> dict[str, str | None]:
+    """{file name: its digest in `assets`, None when it is not there}."""
+    return {n: D.file_digest(Path(assets) / n) if (Path(assets) / n).exists() else None
+            for n in names}
 
 
 def cached_engine_runs(target, variant: str, refs: list[tuple[list[int], list[int]]],
                        assets: Path, max_new_tokens: int, cache: Path | None,
                        log=print) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`engine_runs`, read from `cache` when these exact runs were made before, else made and
-    kept there (no cache: always made)."""
-    path = Path(cache) / f"{engine_key(target, variant, refs, assets, max_new_tokens)}.json" \
+    """`engine_runs`, read from `cache` when runs were made before under the same key with weight
+    files equal to those of `assets`, else made and kept there (no cache: always made)."""
+    path = Path(cache) / f"{engine_key(target, variant, refs, max_new_tokens)}.json" \
         if cache is not None else None
-    if path is not None and path.exists():
-        log(f"engine: {variant} with {assets}: the runs made before ({path.name})")
-        kept = json.loads(path.read_text(encoding="utf-8"))
-        return (np.array(kept["tokens"], dtype=float), np.array(kept["forwards"], dtype=float),
-                np.array(kept["matches"], dtype=bool))
+    kept = json.loads(path.read_text(encoding="utf-8")) if path and path.exists() else {"runs": []}
+    for entry in kept["runs"]:
+        if digests(assets, entry["weights"]) == entry["weights"]:
+            log(f"engine: {variant} with {assets}: the runs made before with these weights "
+                f"({path.name}, made with {entry['assets']})")
+            return (np.array(entry["tokens"], dtype=float),
+                    np.array(entry["forwards"], dtype=float),
+                    np.array(entry["matches"], dtype=bool))
     log(f"engine: {variant} with {assets}, {len(refs)} prompts")
-    runs = engine_runs(target, variant, refs, assets, max_new_tokens)
+    with weights.recording() as read:
+        runs = engine_runs(target, variant, refs, assets, max_new_tokens)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        kept = {"variant": variant, "assets": str(assets), "tokens": runs[0].tolist(),
-                "forwards": runs[1].tolist(), "matches": runs[2].tolist()}
+        kept["variant"] = variant
+        kept["runs"].append({"weights": digests(assets, sorted({p.name for p in read})),
+                             "assets": str(assets), "tokens": runs[0].tolist(),
+                             "forwards": runs[1].tolist(), "matches": runs[2].tolist()})
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(kept), encoding="utf-8")
         tmp.replace(path)
