@@ -237,9 +237,11 @@ def cached_engine_runs(target, variant: str, refs: list[tuple[list[int], list[in
     files equal to those of `assets`, else made and kept there (no cache: always made)."""
     path = Path(cache) / f"{engine_key(target, variant, refs, max_new_tokens)}.json" \
         if cache is not None else None
-    kept = json.loads(path.read_text(encoding="utf-8")) if path and path.exists() else {"runs": []}
+    kept = json.loads(path.read_text(encoding="utf-8")) if path and path.exists() else \
+        {"variant": variant, "runs": []}
+    now = digests(assets, {n for entry in kept["runs"] for n in entry["weights"]})
     for entry in kept["runs"]:
-        if digests(assets, entry["weights"]) == entry["weights"]:
+        if {n: now[n] for n in entry["weights"]} == entry["weights"]:
             log(f"engine: {variant} with {assets}: the runs made before with these weights "
                 f"({path.name}, made with {entry['assets']})")
             return (np.array(entry["tokens"], dtype=float),
@@ -250,7 +252,6 @@ def cached_engine_runs(target, variant: str, refs: list[tuple[list[int], list[in
         runs = engine_runs(target, variant, refs, assets, max_new_tokens)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        kept["variant"] = variant
         kept["runs"].append({"weights": digests(assets, sorted({p.name for p in read})),
                              "assets": str(assets), "tokens": runs[0].tolist(),
                              "forwards": runs[1].tolist(), "matches": runs[2].tolist()})
