@@ -51,8 +51,8 @@ def test_stream_never_uses_the_dev_demo_or_probe_prompts():
     assert texts, "no dev or demo prompts found to compare with"
     for version in sources.SOURCES:
         assert not texts & {x["prompt"] for x in sources.take(20_000, version=version)}
-    written = ROOT / shards.SHARD_DIR / shards.SELF_FILE     # the target's own instructions
-    assert not texts & {json.loads(x)["prompt"] for x in written.read_text().splitlines()}
+    written = shards.self_items(ROOT / shards.SHARD_DIR, 0, 10**9)   # the target's own instructions
+    assert written and not texts & {x["prompt"] for x in written}
 
 
 def test_shards_append_resume_and_read_back(tiny_target, tmp_path):
