@@ -29,6 +29,12 @@ def test_self_instruct_extraction():
     assert extract_instruction("\n**Write a haiku about autumn rain.**\nSure!") == \
         "Write a haiku about autumn rain."
     assert extract_instruction("Ok.") is None and extract_instruction("x" * 500) is None
+    # a preamble ending in a colon gives way to the request after it
+    assert extract_instruction("Here's a simple math word problem:\n\nTom has 3 apples and buys 5 "
+                               "more. How many?") == "Tom has 3 apples and buys 5 more. How many?"
+    # the assistant's own voice (an offer to help, a restatement of the meta-prompt) is no request
+    assert extract_instruction("I’m ready to help. What's your programming task?") is None
+    assert extract_instruction('Sure! "Write a request to a helpful assistant, please."') is None
 
 
 def test_data_folder_layout(tiny_target, tiny_data):

@@ -98,10 +98,23 @@ def meta_prompts() -> list[tuple[str, str]]:
     return [(c, m) for c, ms in META_PROMPTS.items() for m in ms]
 
 
-def extract_instruction(text: str) -> str | None:
-    """The instruction in a self-instruct answer: its first quoted passage of 15+ characters, or
-    else its first non-empty line; None when that is too short or too long to be one."""
-    quoted = re.search(r'"([^"\n]{15,400})"', text)
-    line = quoted.group(1) if quoted else next((x for x in text.splitlines() if x.strip()), "")
+# Lines in the assistant's own voice rather than a request: a preamble ("Here's one:", "Sure!"),
+# an offer to help, or a restatement of the meta-prompt.
+_NOT_A_REQUEST = re.compile(
+    r"^(sure|ok|okay|certainly|absolutely|great|here(\W?s| is| are)|i['’]?m (ready|here|happy|glad)"
+    r"|i am (ready|here|happy|glad)|what an? (great|good|wonderful|fantastic|interesting)"
+    r"|let['’]?s\b)|\b(ai assistant|helpful assistant|reply with the|smollm)\b", re.I)
+
+
+def _as_request(line: str) -> str | None:
     line = line.strip().strip("*#-").strip()
-    return line if 15 <= len(line) <= 400 else None
+    ok = 15 <= len(line) <= 400 and not line.endswith(":") and not _NOT_A_REQUEST.search(line)
+    return line if ok else None
+
+
+def extract_instruction(text: str) -> str | None:
+    """The instruction in a self-instruct answer: its first quoted passage, or else its first
+    line, that reads as a request (15-400 characters, not a preamble ending in a colon, not the
+    assistant's own voice, `_NOT_A_REQUEST`); None when there is none."""
+    quoted = re.findall(r'"([^"\n]{15,400})"', text)
+    return next((r for r in map(_as_request, quoted + text.splitlines()) if r), None)
