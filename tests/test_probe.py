@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specviz.drafters import weights
-from specviz.train import probe
+from specviz.train import probe, probe_engine
 from specviz.train.cli import main
 
 from drafter_fixtures import tiny_data  # noqa: F401 (fixture)
@@ -127,7 +127,7 @@ def test_probe_engine_runs_each_weight_set_and_pairs_by_prompt(tiny_target, tmp_
     # an answer the engine does not reproduce (not a near-tie) counts as a mismatch
     (pids, answer), *rest = refs
     wrong = [(pids, [(answer[0] + 1) % tiny_target.vocab, *answer[1:]]), *rest]
-    _, _, matches = probe.engine_runs(tiny_target, "eagle3:auto_budget=false", wrong, a, 8)
+    _, _, matches = probe_engine.engine_runs(tiny_target, "eagle3:auto_budget=false", wrong, a, 8)
     assert matches.tolist() == [False, True, True]
 
 
@@ -141,8 +141,8 @@ def test_engine_runs_are_kept_and_reused_until_what_they_depend_on_changes(tiny_
                             log=lambda s: None)
     refs = probe.answers(folder)
     made = []
-    real = probe.engine_runs
-    monkeypatch.setattr(probe, "engine_runs", lambda t, v, r, assets, n: made.append(
+    real = probe_engine.engine_runs
+    monkeypatch.setattr(probe_engine, "engine_runs", lambda t, v, r, assets, n: made.append(
         (v, assets, n)) or real(t, v, r, assets, n))
     cache, cats, v = tmp_path / "cache", ["chat", "code", "chat"], "eagle3:auto_budget=false"
     first = probe.engine_score(tiny_target, v, [a, b], refs, cats, 8, lambda s: None, cache)
@@ -163,6 +163,9 @@ def test_engine_runs_are_kept_and_reused_until_what_they_depend_on_changes(tiny_
     (b / "eagle3.safetensors").write_bytes((other / "eagle3.safetensors").read_bytes())
     probe.engine_score(tiny_target, v, [b], refs, cats, 8, lambda s: None, cache)
     assert made[4:] == [(v, b, 8)]                           # new weights: run anew
+    # the key covers the engine's source and the module making the runs, not the statistics
+    names = {p.name for p in probe_engine.engine_sources()}
+    assert {"probe_engine.py", "verify.py", "runner.py"} <= names and "probe.py" not in names
     probe.engine_score(tiny_target, v, [a], refs, cats, 8, lambda s: None)
     assert made[5:] == [(v, a, 8)]                           # no cache: always run
 

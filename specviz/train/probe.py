@@ -15,13 +15,9 @@ bootstrap, and paired against the first one.
 drafting): each weight set's engine τ (new tokens per target forward, timing-free with
 auto_budget=false) over the same prompts, greedy, paired by prompt with a bootstrap interval,
 and how many runs reproduce the target's cached answer (tie-aware, as `bench` judges against `ar`).
-A weight set's engine runs are kept in the probe folder (engine/), under a key of what they
-depend on besides the weights (the variant, the answer length, the probe's answers, the target and
-the source the engine runs: specviz outside train/, ui/ and viz/, which it never imports, and this
-module), with the digest of each weight file the runs read. They are reused for any folder whose
-files of those names match, so new weights of one drafter leave the others' runs valid, and
-scoring a new candidate against the same shipped weights runs the engine for the candidate only
-(a run costs up to 15 minutes of one core).
+A weight set's engine runs are kept in the probe folder (engine/; `probe_engine`), so scoring a
+new candidate against the same shipped weights runs the engine for the candidate only (a run
+costs up to 15 minutes of one core).
 
 `--card LABEL` also writes the reports into the model card of the last weight set (the candidate),
 as a section headed by LABEL ("round 13", say) above the card's earlier sections.
@@ -31,7 +27,6 @@ written.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 from pathlib import Path
@@ -41,6 +36,7 @@ import torch
 
 from specviz.drafters import weights
 from specviz.train import data as D
+from specviz.train import probe_engine
 from specviz.train.loop import LAYER, acceptance, autocast, init_from
 
 PROBE_FILE = Path("data/probe.jsonl")
@@ -182,85 +178,6 @@ def answers(folder: Path) -> list[tuple[list[int], list[int]]]:
     return out
 
 
-def engine_runs(target, variant: str, refs: list[tuple[list[int], list[int]]], assets: Path,
-                max_new_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(new tokens, target forwards, greedy match) per prompt of the engine's greedy runs of
-    `variant` (a bench variant, "ID[:KEY=VALUE...]") with the weights in `assets`, on the
-    prompts of `refs` (prompt ids, the target's own greedy answer). A run matches when it
-    reproduces that answer, tie-aware as `bench` judges it against `ar`."""
-    from specviz import runner, strategies
-    from specviz.bench import greedy_match
-    from specviz.engine.decode import GenSettings
-    sid, overrides = strategies.parse_variant(variant)
-    tokens, forwards, matches = [], [], []
-    with weights.use(assets):
-        strategies.forget(target)     # drafters are built anew from this folder
-        try:
-            for prompt_ids, answer in refs:
-                run = runner.generate(target, strategy=sid, prompt_ids=prompt_ids,
-                                      gen=GenSettings(max_new_tokens=max_new_tokens),
-                                      overrides=overrides)
-                tokens.append(len(run.token_ids))
-                forwards.append(run.finished.target_forwards)
-                matches.append(greedy_match(target, prompt_ids, answer, run.token_ids))
-        finally:
-            strategies.forget(target)
-    return (np.array(tokens, dtype=float), np.array(forwards, dtype=float),
-            np.array(matches, dtype=bool))
-
-
-def engine_key(target, variant: str, refs: list[tuple[list[int], list[int]]],
-               max_new_tokens: int) -> str:
-    """What `engine_runs` returns depends on, besides the weights it reads: the variant, the
-    answer length, the prompts and answers, the target and the source the engine runs (specviz
-    outside the train, ui and viz packages, which it never imports; and this module)."""
-    import specviz
-    root = Path(specviz.__file__).parent
-    h = hashlib.sha256(json.dumps([variant, max_new_tokens, target.fingerprint, refs]).encode())
-    source = [p for p in sorted(root.rglob("*.py"))
-              if p.relative_to(root).parts[0] not in ("train", "ui", "viz")]
-    for p in [*source, Path(__file__)]:
-        h.update(f"{p.relative_to(root)}\0{D.file_digest(p)}\0".encode())
-    return h.hexdigest()[:24]
-
-
-def digests(assets: Path, names) -> dict[str, str | None]:
-    """{file name: its digest in `assets`, None when it is not there}."""
-    return {n: D.file_digest(Path(assets) / n) if (Path(assets) / n).exists() else None
-            for n in names}
-
-
-def cached_engine_runs(target, variant: str, refs: list[tuple[list[int], list[int]]],
-                       assets: Path, max_new_tokens: int, cache: Path | None,
-                       log=print) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`engine_runs`, read from `cache` when runs were made before under the same key with weight
-    files equal to those of `assets`, else made and kept there (no cache: always made)."""
-    path = Path(cache) / f"{engine_key(target, variant, refs, max_new_tokens)}.json" \
-        if cache is not None else None
-    kept = json.loads(path.read_text(encoding="utf-8")) if path and path.exists() else \
-        {"variant": variant, "runs": []}
-    now = digests(assets, {n for entry in kept["runs"] for n in entry["weights"]})
-    for entry in kept["runs"]:
-        if {n: now[n] for n in entry["weights"]} == entry["weights"]:
-            log(f"engine: {variant} with {assets}: the runs made before with these weights "
-                f"({path.name}, made with {entry['assets']})")
-            return (np.array(entry["tokens"], dtype=float),
-                    np.array(entry["forwards"], dtype=float),
-                    np.array(entry["matches"], dtype=bool))
-    log(f"engine: {variant} with {assets}, {len(refs)} prompts")
-    with weights.recording() as read:
-        runs = engine_runs(target, variant, refs, assets, max_new_tokens)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        kept["runs"].append({"weights": digests(assets, sorted({p.name for p in read})),
-                             "assets": str(assets), "tokens": runs[0].tolist(),
-                             "forwards": runs[1].tolist(), "matches": runs[2].tolist()})
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(kept), encoding="utf-8")
-        tmp.replace(path)
-    return runs
-
-
 def engine_score(target, variant: str, assets_dirs: list[Path],
                  refs: list[tuple[list[int], list[int]]], categories: list[str],
                  max_new_tokens: int, log=print, cache: Path | None = None) -> list[dict]:
@@ -270,8 +187,8 @@ def engine_score(target, variant: str, assets_dirs: list[Path],
     first."""
     reports, per_prompt = [], []
     for assets in assets_dirs:
-        *runs, matches = cached_engine_runs(target, variant, refs, assets, max_new_tokens,
-                                            cache, log)
+        *runs, matches = probe_engine.cached_engine_runs(target, variant, refs, assets,
+                                                         max_new_tokens, cache, log)
         reports.append({"assets": str(assets), "variant": variant,
                         "tau": round(float(runs[0].sum() / runs[1].sum()), 4),
                         "ci95": ci95(resampled(*runs)), "tokens": int(runs[0].sum()),
