@@ -35,6 +35,11 @@ def test_self_instruct_extraction():
     # the assistant's own voice (an offer to help, a restatement of the meta-prompt) is no request
     assert extract_instruction("I’m ready to help. What's your programming task?") is None
     assert extract_instruction('Sure! "Write a request to a helpful assistant, please."') is None
+    # an interjection needs its punctuation: a request may start with the same word
+    assert extract_instruction("Great Wall of China: who built it, and why?") == \
+        "Great Wall of China: who built it, and why?"
+    assert extract_instruction("Great! Okay.\nGreat Wall facts: list five of them.") == \
+        "Great Wall facts: list five of them."
 
 
 def test_data_folder_layout(tiny_target, tiny_data):

@@ -98,10 +98,11 @@ def meta_prompts() -> list[tuple[str, str]]:
     return [(c, m) for c, ms in META_PROMPTS.items() for m in ms]
 
 
-# Lines in the assistant's own voice rather than a request: a preamble ("Here's one:", "Sure!"),
-# an offer to help, or a restatement of the meta-prompt.
+# Lines in the assistant's own voice rather than a request: an interjection ("Sure!", "Great,"; only
+# with its punctuation, so "Great Wall of China ..." stays a request), a preamble ("Here's one"), an
+# offer to help, or a restatement of the meta-prompt.
 _NOT_A_REQUEST = re.compile(
-    r"^(sure|ok|okay|certainly|absolutely|great|here(\W?s| is| are)|i['’]?m (ready|here|happy|glad)"
+    r"^((sure|ok|okay|certainly|absolutely|great)[!,.]|here(\W?s| is| are)\b|i['’]?m (ready|here|happy|glad)"
     r"|i am (ready|here|happy|glad)|what an? (great|good|wonderful|fantastic|interesting)"
     r"|let['’]?s\b)|\b(ai assistant|helpful assistant|reply with the|smollm)\b", re.I)
 
