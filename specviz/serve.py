@@ -27,11 +27,11 @@ from specviz.models.target import Target
 # settings that make each chain drafter draft its whole chain: the batch policy cuts it
 FULL_CHAIN: dict[str, dict[str, Any]] = {
     "ar": {},
-    "dspark": {"scheduler": "threshold", "threshold": 0.0},
-    "dflash": {"auto_budget": False},
+    "dspark": {"scheduler": "threshold", "threshold": 0.0, "tree": 0},
+    "dflash": {"auto_budget": False, "tree": 0},
     "mtp": {"auto_budget": False},
     "draft": {"auto_budget": False, "min_confidence": 0.0},
-    "peagle": {"auto_budget": False},
+    "peagle": {"auto_budget": False, "tree": 0},
     "eagle3": {"mode": "chain"},
 }
 

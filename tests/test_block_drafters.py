@@ -138,16 +138,19 @@ def test_confidence_prefix_and_truncation(tiny_target):
         assert ver.input_tokens <= sched.verify_len + 1
 
 
-@pytest.mark.parametrize("kind", ["mtp", "dflash", "dflash-window", "dspark", "dspark-no-markov"])
+@pytest.mark.parametrize("kind", ["mtp", "dflash", "dflash-window", "dflash-tree", "dspark",
+                                  "dspark-no-markov", "dspark-tree", "dspark-tree-no-markov"])
 def test_greedy_equals_ar_random_weights(tiny_target, kind):
     t = tiny_target
+    tree = 10 if "tree" in kind else 0
     if kind == "mtp":
         drafter = MtpDrafter(t, tiny_mtp(t), 3)
     elif kind.startswith("dflash"):
-        drafter = DFlashDrafter(t, tiny_backbone(t), 8, window=6 if kind.endswith("window") else 0)
+        drafter = DFlashDrafter(t, tiny_backbone(t), 8, window=6 if kind.endswith("window") else 0,
+                                tree=tree)
     else:
         drafter = DSparkDrafter(t, tiny_dspark(t), DSparkSettings(
-            block_size=8, threshold=0.0, markov=kind == "dspark"))
+            block_size=8, threshold=0.0, markov="no-markov" not in kind, tree=tree))
     for text in ("Write a poem about cats.", "What is 17 + 25?"):
         ids = t.encode(text)
         assert decode(t, ids, drafter, 30)[0] == decode(t, ids, None, 30)[0]
@@ -172,8 +175,8 @@ def test_chain_verifies_the_prefix_worth_its_time(tiny_target, kind, drafts, cos
 
 
 @pytest.mark.parametrize("sid,overrides", [("mtp", {}), ("dflash", {"block_size": 8}),
-                                           ("dflash", {}), ("dspark", {}),
-                                           ("dspark", {"markov": False})])
+                                           ("dflash", {}), ("dflash", {"tree": 16}), ("dspark", {}),
+                                           ("dspark", {"markov": False}), ("dspark", {"tree": 16})])
 def test_shipped_weights_greedy_equals_ar(target, sid, overrides):
     try:
         drafter = strategies.drafter_for(target, sid, strategies.parse_settings(sid, overrides))

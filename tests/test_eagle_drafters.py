@@ -50,6 +50,7 @@ def drafters(heads):
         "eagle3": Eagle3Drafter(heads["eagle3"], Eagle3Settings(top_k=3, depth=5, total_tokens=10)),
         "eagle3-chain": Eagle3Drafter(heads["eagle3"], Eagle3Settings(mode="chain", gamma=4)),
         "peagle": PEagleDrafter(heads["peagle"], PEagleSettings(k=4)),
+        "peagle-tree": PEagleDrafter(heads["peagle"], PEagleSettings(k=4, tree=9)),
         "draft": DraftLMDrafter(heads["draft"], DraftSettings(gamma=4, min_confidence=0.0)),
         # a random tiny draft is never 99% sure: the chain stops after its first token
         "draft-stop": DraftLMDrafter(heads["draft"], DraftSettings(gamma=4, min_confidence=0.99)),
@@ -82,7 +83,7 @@ def test_draft_tree_shapes(tiny_target, heads):
     sp = SamplingParams()
     d = drafters(heads)
     expect = {"eagle1": len(STATIC_TREE) + 1, "eagle2": 12, "eagle3": 10, "eagle3-chain": 5,
-              "peagle": 5, "draft": 5, "draft-stop": 2, "draft-dear": 1}
+              "peagle": 5, "peagle-tree": 10, "draft": 5, "draft-stop": 2, "draft-dear": 1}
     for name, drafter in d.items():
         state = drafter.start(ids, feats)
         tree = drafter.draft(state, ids[-1], sp, None)
@@ -94,8 +95,8 @@ def test_draft_tree_shapes(tiny_target, heads):
             assert drafter.cache_len(state) == len(ids) - 1
 
 
-@pytest.mark.parametrize("name", ["eagle1", "eagle2", "eagle3", "eagle3-chain", "peagle", "draft",
-                                  "draft-stop", "draft-dear"])
+@pytest.mark.parametrize("name", ["eagle1", "eagle2", "eagle3", "eagle3-chain", "peagle",
+                                  "peagle-tree", "draft", "draft-stop", "draft-dear"])
 def test_greedy_equals_ar_tiny(tiny_target, heads, name):
     drafter = drafters(heads)[name]
     for prompt in PROMPTS:
@@ -192,7 +193,7 @@ def test_peagle_verifies_the_prefix_worth_its_time(tiny_target, heads):
         assert len(sampled) == 5
 
 
-@pytest.mark.parametrize("name", ["eagle2", "eagle3-chain", "peagle", "draft"])
+@pytest.mark.parametrize("name", ["eagle2", "eagle3-chain", "peagle", "peagle-tree", "draft"])
 def test_sampling_runs(tiny_target, heads, name):
     drafter = drafters(heads)[name]
     ids = tiny_target.encode(PROMPTS[1])
@@ -214,10 +215,11 @@ def ar_real(target):
     return {p: tokens_of(run(target, target.encode(p), s)) for p in PROMPTS}
 
 
-@pytest.mark.parametrize("sid", ["draft", "eagle1", "eagle2", "eagle3", "peagle"])
-def test_shipped_weights_greedy_equal_ar(target, ar_real, sid):
+@pytest.mark.parametrize("sid,overrides", [("draft", {}), ("eagle1", {}), ("eagle2", {}),
+                                           ("eagle3", {}), ("peagle", {}), ("peagle", {"tree": 16})])
+def test_shipped_weights_greedy_equal_ar(target, ar_real, sid, overrides):
     try:
-        drafter = strategies.drafter_for(target, sid)
+        drafter = strategies.drafter_for(target, sid, strategies.parse_settings(sid, overrides))
     except DrafterUnavailable as exc:
         pytest.skip(str(exc))
     for prompt in PROMPTS:

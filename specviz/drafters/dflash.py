@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from specviz.drafters import weights
+from specviz.drafters import block_tree, weights
 from specviz.drafters.layers import DecoderLayer, DraftHead, LayerShape, vocab_lookup
 from specviz.engine.cost import Acceptance, ForwardCost, budget_chain, forward_cost
 from specviz.engine.sampling import SamplingParams, pick
@@ -38,6 +38,7 @@ class DFlashSettings:
     block_size: int = 16       # picks the model: B - 1 drafts per forward
     window: int = 0            # attend to only the last W context positions (0 = all)
     auto_budget: bool = True   # greedy: verify only the prefix of the block that pays for its time
+    tree: int = 0              # draft a tree of this many nodes from the block (0 = the chain)
     path: str = ""             # a published drafter folder or hub id; its own block size is used
     precision: str = "auto"     # CPU linear layers: auto (bf16 where native), fp32 or bf16
 
@@ -46,6 +47,7 @@ class DFlashSettings:
             raise ValueError(f"dflash block_size must be one of {BLOCK_SIZES}")
         if self.window < 0:
             raise ValueError("window must be >= 0 (0 = the whole context)")
+        block_tree.check_tree(self.tree)
 
 
 class BlockBackbone(nn.Module):
@@ -115,6 +117,7 @@ class ContextCache:
         return state
 
     def commit(self, state: ContextState, tokens: list[int], feats: dict[int, torch.Tensor]) -> None:
+        state.acceptance.settle(tokens)
         state.pending.append(self.backbone.fuse(feats))
 
     def cache_len(self, state: ContextState) -> int:
@@ -151,26 +154,30 @@ class DFlashDrafter(ContextCache):
     """Block size B: row k of the block (k = 1..B-1) drafts the token k after the anchor."""
 
     def __init__(self, target, backbone: BlockBackbone, block: int, window: int = 0,
-                 cost: ForwardCost | None = None):
+                 cost: ForwardCost | None = None, tree: int = 0):
         super().__init__(backbone, window)
-        self.target, self.block, self.cost = target, block, cost
+        self.target, self.block, self.cost, self.tree = target, block, cost, tree
         self.head = DraftHead(target, backbone.vocab)
-
-    def commit(self, state: ContextState, tokens: list[int], feats: dict[int, torch.Tensor]) -> None:
-        state.acceptance.settle(tokens)
-        super().commit(state, tokens, feats)
 
     def draft(self, state: ContextState, root: int, sp: SamplingParams,
               generator: torch.Generator | None) -> DraftTree:
         t0 = time.perf_counter()
         h = self.block_hidden(state, self.target.embed, root, self.block)
+        ctx = f"last {state.kept} of {state.length}" if self.window else f"{state.length}"
+        if self.tree:
+            with torch.inference_mode():
+                logq = torch.log_softmax(self.head.logits(h[1:]).float(), -1)   # [B-1, Vd]
+            return block_tree.draft_tree(
+                root, block_tree.per_position(logq, self.tree), self.tree, self.block - 1,
+                self.head.vocab, state.acceptance, self.cost, time.perf_counter() - t0,
+                sp.greedy, f"one block forward, context {ctx} positions; a tree over its "
+                           f"{self.block - 1} positions")
         with torch.inference_mode():
             logits = self.head.full(self.head.logits(h[1:]))                   # [B-1, V]
         toks, qs, rows, confs = [], [], [], []
         for row in logits:   # conf: the draft's own probability of its token (temperature 1)
             tok, q, q_row, conf = pick(row, sp, generator)
             toks.append(tok), qs.append(q), rows.append(q_row), confs.append(conf)
-        ctx = f"last {state.kept} of {state.length}" if self.window else f"{state.length}"
         tree = DraftTree.chain(root, toks, q=qs, q_rows=rows, confidence=confs,
                                note=f"one block forward: {len(toks)} drafts, context {ctx} positions")
         return budget_chain(tree, state.acceptance, self.cost, time.perf_counter() - t0, sp.greedy)
@@ -183,4 +190,4 @@ def build_dflash(target, settings: DFlashSettings) -> DFlashDrafter:
     bb.load_state_dict(tensors)
     return DFlashDrafter(target, pack_linears(bb.to(target.device, target.dtype).eval()),
                          settings.block_size, settings.window,
-                         forward_cost(target) if settings.auto_budget else None)
+                         forward_cost(target) if settings.auto_budget else None, settings.tree)

@@ -20,12 +20,13 @@ sampling keeps the threshold and draws the whole block, so that a seed fixes the
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from specviz.drafters import weights
+from specviz.drafters import block_tree, weights
 from specviz.drafters.base import DrafterUnavailable
 from specviz.drafters.dflash import TAPS, BlockBackbone, ContextCache, ContextState
 from specviz.drafters.layers import DraftHead, LayerShape
@@ -84,6 +85,7 @@ class DSparkSettings:
     scheduler: str = "hardware"  # greedy: Algorithm 1 on the measured cost; else the threshold
     markov: bool = True        # ablation switch: backbone logits alone when False
     window: int = 0            # attend to only the last W context positions (0 = all)
+    tree: int = 0              # draft a tree of this many nodes from the block (0 = the chain)
     path: str = ""            # a published drafter folder or hub id (drafters/published)
     precision: str = "auto"     # CPU linear layers: auto (bf16 where native), fp32 or bf16
 
@@ -96,6 +98,7 @@ class DSparkSettings:
             raise ValueError("dspark threshold must be in [0, 1) (0 = never truncate)")
         if self.window < 0:
             raise ValueError("window must be >= 0 (0 = the whole context)")
+        block_tree.check_tree(self.tree)
 
 
 class BlockCursor:
@@ -170,6 +173,8 @@ class DSparkDrafter(ContextCache):
     def draft(self, state: ContextState, root: int, sp: SamplingParams,
               generator: torch.Generator | None) -> DraftTree:
         pol = self.settings
+        if pol.tree:
+            return self.draft_tree(state, root, sp)
         cur = self.cursor(state, root, sp, generator)
         cut = pol.block_size
         hardware = self.cost is not None and sp.greedy
@@ -197,6 +202,34 @@ class DSparkDrafter(ContextCache):
             schedule=Schedule(conf, surv, cut, reason, threshold),
             note=f"one block forward + {'Markov' if pol.markov else 'no Markov'} head; "
                  f"verify {cut} of {pol.block_size}")
+
+
+    def draft_tree(self, state: ContextState, root: int, sp: SamplingParams) -> DraftTree:
+        """`tree` nodes over the block (drafters/block_tree.py): a node's children are the top
+        tokens of the next position's p_k = softmax(U_k + B(parent token)), so unlike DFlash's
+        they depend on the branch. The confidence head and its schedule are not used: the budget
+        is the tree's (with the hardware scheduler's cost model, under greedy decoding, the
+        ranked nodes worth their verify time)."""
+        t0, pol = time.perf_counter(), self.settings
+        h = self.block_hidden(state, self.target.embed, root, pol.block_size)
+        with torch.inference_mode():
+            U = self.head.logits(h).float()                                    # [γ, Vd]
+        vocab = self.head.vocab
+
+        @torch.inference_mode()
+        def children(depth: int, parent: int | None) -> tuple[list[float], list[int]]:
+            prev = root if parent is None else vocab[parent]
+            bias = self.model.markov(torch.as_tensor(prev, device=U.device))[1].float()
+            v, ix = torch.log_softmax(U[depth - 1] + bias, -1).topk(min(pol.tree, U.shape[-1]))
+            return v.tolist(), ix.tolist()
+
+        if not pol.markov:
+            children = block_tree.per_position(torch.log_softmax(U, -1), pol.tree)
+        return block_tree.draft_tree(
+            root, children, pol.tree, pol.block_size, vocab, state.acceptance, self.cost,
+            time.perf_counter() - t0, sp.greedy,
+            f"one block forward + {'Markov' if pol.markov else 'no Markov'} head, a tree over "
+            f"its {pol.block_size} positions")
 
 
 def load_weights(target) -> tuple[dict[str, torch.Tensor], dict]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from specviz.drafters import feature_heads as fh
+from specviz.drafters import block_tree, feature_heads as fh
 from specviz.drafters.eagle import FrozenTargetParts
 from specviz.drafters.eagle3 import eagle3_taps
 from specviz.drafters.layers import DecoderLayer, LayerShape
@@ -81,11 +81,13 @@ def load_head(target) -> PEagleHead:
 class PEagleSettings:
     k: int = 4                  # tokens proposed by one forward
     auto_budget: bool = True    # greedy: verify only the prefix that pays for its time
+    tree: int = 0               # draft a tree of this many nodes from the k positions (0 = chain)
     precision: str = "auto"     # CPU linear layers: auto (bf16 where native), fp32 or bf16
 
     def check(self) -> None:
         if not 1 <= self.k <= 8:
             raise ValueError("peagle k must be in 1..8 (trained for 4)")
+        block_tree.check_tree(self.tree)
 
 
 class PEagleDrafter(fh.HeadDrafter):
@@ -99,6 +101,12 @@ class PEagleDrafter(fh.HeadDrafter):
         first = fh.catch_up(head, state, root, extra)
         if first is None:
             return DraftTree.root_only(root, fallback=True, note="no target feature yet")
+        if self.settings.tree:
+            return block_tree.draft_tree(
+                root, block_tree.per_position(torch.log_softmax(first[1].float(), -1),
+                                              self.settings.tree),
+                self.settings.tree, K, head.vocab_ids, state.acceptance, self.cost,
+                time.perf_counter() - t0, sp.greedy, f"P-EAGLE tree over {K} positions")
         rows = list(first[1])
         picks = [fh.pick(head, lg, sp, generator) for lg in rows]
         toks, qs, qrows, confs = (list(x) for x in zip(*picks))

@@ -70,6 +70,9 @@ SETTING_HELP = {
                    "DFlash's whole block; all γ "
                    "of MTP, whose default is false)",
     "block_size": "block: positions drafted by one forward",
+    "tree": "one-forward drafters: verify a tree of this many nodes, the likeliest by "
+            "cumulative draft probability over each position's top tokens (Medusa-style), "
+            "instead of the published chain (0)",
     "threshold": "threshold scheduler (and every sampled run): cut the draft where the prefix "
                  "survival a_j falls below this (0 = never cut)",
     "scheduler": "greedy: hardware (DSpark's Algorithm 1: verify the prefix that maximises "

@@ -135,7 +135,7 @@ def dflash_drafter(folder: Folder, target, settings) -> DFlashDrafter:
     """The checkpoint's block size is used (settings.block_size picks a shipped model only)."""
     bb, block = load_dflash(folder, target)
     return DFlashDrafter(target, bb, block, settings.window,
-                         forward_cost(target) if settings.auto_budget else None)
+                         forward_cost(target) if settings.auto_budget else None, settings.tree)
 
 
 def dspark_drafter(folder: Folder, target, settings) -> DSparkDrafter:
