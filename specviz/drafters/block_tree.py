@@ -61,7 +61,8 @@ def best_first(children: Children, nodes: int, depth: int) -> list[tuple[int, in
 
     def push(base: float, d: int, rank: int, parent: int, kids: tuple[list[float], list[int]]):
         if rank < len(kids[0]):     # the push order breaks ties: nothing after it is compared
-            heapq.heappush(heap, (-(base + kids[0][rank]), next(order), base, d, rank, parent, kids))
+            score = base + kids[0][rank]
+            heapq.heappush(heap, (-score, next(order), base, d, rank, parent, kids))
 
     push(0.0, 1, 0, -1, children(1, None))
     while heap and len(out) < nodes:
@@ -84,7 +85,8 @@ def to_draft_tree(root: int, ranked: list[tuple[int, int, float]], vocab_ids: to
     where = {i: j + 1 for j, i in enumerate(order)}
     ids = vocab_ids[torch.tensor([ranked[i][0] for i in order], dtype=torch.long,
                                  device=vocab_ids.device)].tolist() if order else []
-    return DraftTree([root, *ids], [-1, *(0 if ranked[i][1] < 0 else where[ranked[i][1]] for i in order)],
+    parents = [0 if ranked[i][1] < 0 else where[ranked[i][1]] for i in order]
+    return DraftTree([root, *ids], [-1, *parents],
                      confidence=[None, *(ranked[i][2] for i in order)], note=note)
 
 
