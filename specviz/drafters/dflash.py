@@ -173,11 +173,16 @@ class DFlashDrafter(ContextCache):
                 sp.greedy, f"one block forward, context {ctx} positions; a tree over its "
                            f"{self.block - 1} positions")
         with torch.inference_mode():
-            logits = self.head.full(self.head.logits(h[1:]))                   # [B-1, V]
-        toks, qs, rows, confs = [], [], [], []
-        for row in logits:   # conf: the draft's own probability of its token (temperature 1)
-            tok, q, q_row, conf = pick(row, sp, generator)
-            toks.append(tok), qs.append(q), rows.append(q_row), confs.append(conf)
+            logits = self.head.logits(h[1:])                                   # [B-1, Vd]
+            if sp.greedy:   # no widened rows: the draft argmax is the target's (sorted ids)
+                best = logits.argmax(-1)
+                confs = torch.softmax(logits.float(), -1).gather(-1, best[:, None])[:, 0].tolist()
+                toks, qs, rows = self.head.vocab[best].tolist(), [1.0] * len(best), None
+            else:
+                toks, qs, rows, confs = [], [], [], []
+                for row in self.head.full(logits):   # conf: the draft's own probability of its
+                    tok, q, q_row, conf = pick(row, sp, generator)   # token (temperature 1)
+                    toks.append(tok), qs.append(q), rows.append(q_row), confs.append(conf)
         tree = DraftTree.chain(root, toks, q=qs, q_rows=rows, confidence=confs,
                                note=f"one block forward: {len(toks)} drafts, context {ctx} positions")
         return budget_chain(tree, state.acceptance, self.cost, time.perf_counter() - t0, sp.greedy)
