@@ -133,7 +133,10 @@ class BlockCursor:
     def _draw(self) -> None:
         k = len(self.toks)
         logits = self.U[k] + self._bias if self.drafter.settings.markov else self.U[k]
-        tok, q, q_row = draw(self.drafter.head.full(logits), self.sp, self.generator)
+        if self.sp.greedy:      # no widened row: the draft argmax is the target's (sorted ids)
+            tok, q, q_row = int(self.drafter.head.vocab[logits.argmax()]), 1.0, None
+        else:
+            tok, q, q_row = draw(self.drafter.head.full(logits), self.sp, self.generator)
         self.toks.append(tok), self.qs.append(q), self.rows.append(q_row)
 
     def a(self, j: int) -> float | None:
