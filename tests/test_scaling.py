@@ -160,3 +160,16 @@ def test_guide_tab_builds_with_the_chart(tiny_target):
     assert {t["legendgroup"] for t in plot["data"]} == {p["drafter"] for p in RECORD["points"]}
     assert "earlier training rounds on this CPU" in plot["layout"]["title"]["text"]
     assert "Measured in earlier training rounds on this CPU" in by_id["guide-scaling-caption"].value
+
+
+def test_guide_tau_counts_only_traces_at_default_settings():
+    """The guide's per-strategy τ pools the greedy demo traces recorded at the strategy's
+    defaults: DSpark's threshold walkthrough traces are another setting and stay out."""
+    from specviz.ui import guide
+
+    assert guide.at_defaults("dspark", {"temperature": 0.0})
+    assert not guide.at_defaults("dspark", {"scheduler": "threshold", "threshold": 0.2})
+    assert not guide.at_defaults("no-such-strategy", {})
+    traces = sorted((guide.ROOT / "demos" / "traces").glob("dspark-*.jsonl"))
+    defaults = [p for p in traces if "threshold" not in p.stem]   # dspark-<prompt id>, greedy
+    assert len(guide.measured_tau()["dspark"]) == len(defaults) == 3 < len(traces)

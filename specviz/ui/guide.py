@@ -58,16 +58,30 @@ GUIDE = """
 """
 
 
+def at_defaults(strategy: str, settings: dict) -> bool:
+    """Whether a trace's recorded settings are its strategy's defaults (a setting the trace
+    predates counts as the default)."""
+    try:
+        defaults = strategies.settings_dict(strategies.parse_settings(strategy))
+    except ValueError:                  # an unknown strategy (UnknownStrategy) or bad defaults
+        return False
+    return all(settings.get(k, v) == v for k, v in defaults.items())
+
+
 def measured_tau() -> dict[str, list[float]]:
-    """τ of every shipped greedy trace, per strategy (the demos' own measurements)."""
+    """τ of every shipped greedy trace at its strategy's default settings, per strategy (the
+    demos' own measurements; a walkthrough recorded with other settings, such as DSpark's
+    threshold rule or a block drafter's tree, is not the strategy's default)."""
     out: dict[str, list[float]] = {}
     for path in sorted((ROOT / "demos" / "traces").glob("*.jsonl")):
         try:
             events = read_trace(path)
         except TraceError:
             continue
-        if float(events[0].settings.get("temperature", 0.0)) == 0.0:
-            out.setdefault(events[0].strategy, []).append(events[-1].mean_accepted_length)
+        first = events[0]
+        if (float(first.settings.get("temperature", 0.0)) == 0.0
+                and at_defaults(first.strategy, first.settings)):
+            out.setdefault(first.strategy, []).append(events[-1].mean_accepted_length)
     return out
 
 
@@ -100,7 +114,8 @@ def overview(target, unavailable: dict[str, str | None]) -> str:
              f"tokens, vocabulary {target.vocab}\n\n### Strategies"]
     for sp in strategies.REGISTRY.values():
         tau = taus.get(sp.id)
-        tau_s = (f"τ {min(tau):.2f}–{max(tau):.2f} on the shipped greedy demo traces" if tau
+        tau_s = (f"τ {min(tau):.2f}–{max(tau):.2f} on the shipped greedy demo traces at default "
+                 "settings" if tau
                  else "no shipped demo trace yet")
         state = (f"unavailable: {unavailable[sp.id]}" if unavailable.get(sp.id) else "available")
         found = cards(sp.id)
