@@ -17,7 +17,10 @@ on an idle machine, since the auto_budget tree sizes follow the measured forward
 with the calibration refitted on the 96 probe prompts; 2026-12-01 for the others) come from
 `python -m demos.record` and `python -m demos.record --strategies dspark
 --set dspark:scheduler=threshold --set dspark:threshold=0.2 --sampled dspark=1` (the DSpark
-walkthrough narrates the threshold rule, which greedy runs use only when asked). A walkthrough
+walkthrough narrates the threshold rule, which greedy runs use only when asked), and
+`python -m demos.record --strategies dflash --set dflash:tree=16 --set dflash:auto_budget=false`
+(2026-12-06, round 13: the same block forward verified as a 16-node tree, for the Replay tab;
+the guide's τ counts only traces at default settings). A walkthrough
 names its trace and the steps it shows: re-recording changes the steps, so pick them again.
 """
 from __future__ import annotations
