@@ -78,16 +78,13 @@ def to_draft_tree(root: int, ranked: list[tuple[int, int, float]], vocab_ids: to
                   note: str) -> DraftTree:
     """Ranked (draft id, parent, q) nodes -> a DraftTree in depth order (target ids; the
     confidence of each node is its q)."""
-    depth = [0] * len(ranked)
-    for i, (_, p, _) in enumerate(ranked):
-        depth[i] = 1 if p < 0 else depth[p] + 1
-    order = sorted(range(len(ranked)), key=lambda i: (depth[i], i))
-    where = {i: j + 1 for j, i in enumerate(order)}
-    ids = vocab_ids[torch.tensor([ranked[i][0] for i in order], dtype=torch.long,
-                                 device=vocab_ids.device)].tolist() if order else []
-    parents = [0 if ranked[i][1] < 0 else where[ranked[i][1]] for i in order]
-    return DraftTree([root, *ids], [-1, *parents],
-                     confidence=[None, *(ranked[i][2] for i in order)], note=note)
+    depths: list[int] = []
+    for _, p, _ in ranked:                       # parents come first in the ranking
+        depths.append(1 if p < 0 else depths[p] + 1)
+    ids = vocab_ids[torch.tensor([d for d, _, _ in ranked], dtype=torch.long,
+                                 device=vocab_ids.device)].tolist() if ranked else []
+    return DraftTree.in_depth_order(root, ids, [p for _, p, _ in ranked], depths,
+                                    [q for _, _, q in ranked], note)
 
 
 def draft_tree(root: int, children: Children, nodes: int, depth: int, vocab_ids: torch.Tensor,

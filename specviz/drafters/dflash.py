@@ -174,10 +174,10 @@ class DFlashDrafter(ContextCache):
                            f"{self.block - 1} positions")
         with torch.inference_mode():
             logits = self.head.logits(h[1:])                                   # [B-1, Vd]
-            if sp.greedy:   # no widened rows: the draft argmax is the target's (sorted ids)
-                best = logits.argmax(-1)
-                confs = torch.softmax(logits.float(), -1).gather(-1, best[:, None])[:, 0].tolist()
-                toks, qs, rows = self.head.vocab[best].tolist(), [1.0] * len(best), None
+            if sp.greedy:   # no widened rows; conf: the draft's probability of its argmax
+                toks, rows = self.head.argmax(logits).tolist(), None
+                confs = torch.softmax(logits.float(), -1).amax(-1).tolist()
+                qs = [1.0] * len(toks)
             else:
                 toks, qs, rows, confs = [], [], [], []
                 for row in self.head.full(logits):   # conf: the draft's own probability of its

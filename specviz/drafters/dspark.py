@@ -133,8 +133,8 @@ class BlockCursor:
     def _draw(self) -> None:
         k = len(self.toks)
         logits = self.U[k] + self._bias if self.drafter.settings.markov else self.U[k]
-        if self.sp.greedy:      # no widened row: the draft argmax is the target's (sorted ids)
-            tok, q, q_row = int(self.drafter.head.vocab[logits.argmax()]), 1.0, None
+        if self.sp.greedy:      # no widened row
+            tok, q, q_row = int(self.drafter.head.argmax(logits)), 1.0, None
         else:
             tok, q, q_row = draw(self.drafter.head.full(logits), self.sp, self.generator)
         self.toks.append(tok), self.qs.append(q), self.rows.append(q_row)
@@ -206,7 +206,6 @@ class DSparkDrafter(ContextCache):
             note=f"one block forward + {'Markov' if pol.markov else 'no Markov'} head; "
                  f"verify {cut} of {pol.block_size}")
 
-
     def draft_tree(self, state: ContextState, root: int, sp: SamplingParams) -> DraftTree:
         """`tree` nodes over the block (drafters/block_tree.py): a node's children are the top
         tokens of the next position's p_k = softmax(U_k + B(parent token)), so unlike DFlash's
@@ -220,14 +219,14 @@ class DSparkDrafter(ContextCache):
         vocab = self.head.vocab
 
         @torch.inference_mode()
-        def children(depth: int, parent: int | None) -> tuple[list[float], list[int]]:
+        def markov_children(depth: int, parent: int | None) -> tuple[list[float], list[int]]:
             prev = root if parent is None else vocab[parent]
             bias = self.model.markov(torch.as_tensor(prev, device=U.device))[1].float()
             v, ix = torch.log_softmax(U[depth - 1] + bias, -1).topk(min(pol.tree, U.shape[-1]))
             return v.tolist(), ix.tolist()
 
-        if not pol.markov:
-            children = block_tree.per_position(torch.log_softmax(U, -1), pol.tree)
+        children = (markov_children if pol.markov
+                    else block_tree.per_position(torch.log_softmax(U, -1), pol.tree))
         return block_tree.draft_tree(
             root, children, pol.tree, pol.block_size, vocab, state.acceptance, self.cost,
             time.perf_counter() - t0, sp.greedy,

@@ -157,12 +157,11 @@ class Expander:
 
 def to_tree(head, root: int, chosen: list[Node], note: str) -> DraftTree:
     """Depth-ordered DraftTree from chosen nodes (parents always chosen too)."""
-    order = sorted(chosen, key=lambda x: x.depth)
-    index = {id(x): i + 1 for i, x in enumerate(order)}
+    index = {id(x): i for i, x in enumerate(chosen)}
     ids = head.vocab_ids.tolist()
-    return DraftTree([root] + [ids[x.draft_id] for x in order],
-                     [-1] + [index[id(x.parent)] if x.parent else 0 for x in order],
-                     confidence=[None] + [x.prob for x in order], note=note)
+    return DraftTree.in_depth_order(root, [ids[x.draft_id] for x in chosen],
+                                    [index[id(x.parent)] if x.parent else -1 for x in chosen],
+                                    [x.depth for x in chosen], [x.prob for x in chosen], note)
 
 
 def children_of(parents: list[Node | None], outs: torch.Tensor, logq: torch.Tensor, k: int

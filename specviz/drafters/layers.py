@@ -174,6 +174,11 @@ class DraftHead:
     def full(self, logits: torch.Tensor) -> torch.Tensor:
         return widen(logits, self.vocab, self.size)
 
+    def argmax(self, logits: torch.Tensor) -> torch.Tensor:
+        """Target ids of the argmax of [..., Vd] draft logits: the argmax of their `full` rows,
+        ties included (the draft ids are sorted), without building those rows."""
+        return self.vocab[logits.argmax(-1)]
+
 
 def widen(logits: torch.Tensor, vocab: torch.Tensor, size: int) -> torch.Tensor:
     """[..., Vd] draft-vocabulary logits -> [..., size] target-vocabulary logits, -inf outside

@@ -67,6 +67,17 @@ class DraftTree:
                    q=[None, *(q or [None] * n)], q_rows=[None, *(q_rows or [None] * n)],
                    confidence=[None, *(confidence or [None] * n)], **kw)
 
+    @classmethod
+    def in_depth_order(cls, root: int, tokens: list[int], parents: list[int], depths: list[int],
+                       confidence: list[float | None], note: str = "") -> "DraftTree":
+        """Drafted nodes in any order (parents[i]: an index into the same lists, -1 = the root;
+        depths[i] >= 1) -> the tree with its nodes sorted by depth, stable within a depth."""
+        order = sorted(range(len(tokens)), key=lambda i: (depths[i], i))
+        where = {i: j + 1 for j, i in enumerate(order)}
+        return cls([root, *(tokens[i] for i in order)],
+                   [-1, *(0 if parents[i] < 0 else where[parents[i]] for i in order)],
+                   confidence=[None, *(confidence[i] for i in order)], note=note)
+
     def __len__(self) -> int:
         return len(self.tokens)
 
