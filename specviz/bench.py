@@ -11,12 +11,12 @@ import contextlib
 import json
 import platform
 import random
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterator
 
+import greenlet
 import torch
 
 from specviz import events as ev
@@ -103,9 +103,9 @@ def _ours(target: Target, sid: str, overrides: dict[str, str]) -> Runner:
 
 
 def _turns(work: Callable[[Pause | None], Any], stepped: bool) -> Turns:
-    """One run as turns: `work(pause)` in a worker thread, one turn per step (turns.in_turns;
-    every runner alike, so each has a thread of its own, and torch's global RNG state of its
-    own: `_private_rng`), or `work(None)` in one turn on this thread."""
+    """One run as turns: `work(pause)` in a greenlet of this thread, one turn per step
+    (turns.in_turns; every runner alike, each with torch's global RNG state of its own:
+    `_private_rng`), or `work(None)` in one turn."""
     if stepped:
         return (yield from turns.in_turns(lambda pause: work(_private_rng(pause))))
     t = time.perf_counter()
@@ -165,11 +165,12 @@ def _hf_runner(target: Target, name: str) -> Runner:
 def forward_count(model: torch.nn.Module) -> Iterator[list[int]]:
     """Count the calls of `model` (the target's CausalLM, which HF `generate` calls once per
     target forward, its prefill included; the engine calls the inner model and an assistant is
-    another module) made by this thread, into the yielded one-item list."""
-    me, count = threading.get_ident(), [0]
+    another module) made by this runner (its greenlet, turns.py), into the yielded one-item
+    list."""
+    me, count = greenlet.getcurrent(), [0]
 
     def hook(module, args):
-        if threading.get_ident() == me:
+        if greenlet.getcurrent() is me:
             count[0] += 1
 
     handle = model.register_forward_pre_hook(hook)
@@ -185,19 +186,25 @@ def _run(runs: dict[str, Turns], turn_order: random.Random | None
     `turn_order` (a seeded RNG: lockstep), in rounds of one turn each, in a fresh random order
     every round (no runner always follows the same one). Returns name -> (tokens, wall seconds,
     target forwards, (draft s, verify s) or None), the wall time being the sum of the runner's
-    own turns."""
+    own turns.
+
+    The runners share this thread (greenlets, turns.py), so its autograd state too: they all
+    run inside one inference mode, so that a runner's own `no_grad` / `inference_mode` blocks,
+    which stay open across its pauses and close in any order, save and restore the same state
+    and never leave another runner with grad mode on."""
     wall = dict.fromkeys(runs, 0.0)
     done: dict[str, tuple[list[int], int | None, Split]] = {}
-    while len(done) < len(runs):
-        names = [n for n in runs if n not in done]
-        for name in turn_order.sample(names, len(names)) if turn_order else names:
-            while name not in done:
-                try:
-                    wall[name] += next(runs[name])
-                except StopIteration as stop:
-                    done[name] = stop.value
-                if turn_order:
-                    break
+    with torch.inference_mode():
+        while len(done) < len(runs):
+            names = [n for n in runs if n not in done]
+            for name in turn_order.sample(names, len(names)) if turn_order else names:
+                while name not in done:
+                    try:
+                        wall[name] += next(runs[name])
+                    except StopIteration as stop:
+                        done[name] = stop.value
+                    if turn_order:
+                        break
     return {name: (toks, wall[name], fw, split) for name, (toks, fw, split) in done.items()}
 
 
@@ -220,7 +227,7 @@ def bench(target: Target, *, strategy_ids: list[str], prompts: list[Prompt],
     way in every pass), and each prompt's row for a strategy is its run of median wall time
     (its `wall_s_runs` lists every pass). With lockstep (the default) the runners on a prompt
     take turns one decoding step each, in a seeded random order each round (HF generate pauses
-    at each step in a worker thread, turns.py), and a run's wall time is the sum of its own
+    at each step in a greenlet, turns.py), and a run's wall time is the sum of its own
     turns: a drift in the machine's speed then falls on every runner alike, step by step.
     Without it (serial), the runners on a prompt run one after another. Both repeats and
     lockstep steady single-prompt ratios on a noisy machine."""

@@ -1,77 +1,66 @@
-"""Taking turns: run a blocking call one step at a time in a thread of its own, so the bench
-can interleave decoders step by step, Hugging Face `generate` (which cannot be stepped from
-outside) as well as the engine's own runs.
+"""Taking turns: run a blocking call one step at a time, so the bench can interleave decoders
+step by step, Hugging Face `generate` (which cannot be stepped from outside) as well as the
+engine's own runs.
 
-Boundary: `in_turns(work)` runs `work(pause)` in a worker thread that stops at every `pause()`
-until the caller asks for the next turn; `Streamer` is a `generate` streamer that pauses at
-each step. Only one side runs at a time. Nothing here knows about models or events.
+Boundary: `in_turns(work)` runs `work(pause)` as a greenlet that stops at every `pause()` until
+the caller asks for the next turn; `Streamer` is a `generate` streamer that pauses at each step.
+Only one side runs at a time. Nothing here knows about models or events.
 
 Why: on a shared machine the speed of the CPU drifts by 10-30% over seconds, so two decoders
 timed one after the other differ by that much on the same work. Taking turns every step puts
 both under the same conditions within ~0.1 s, and each one's time is the sum of its own turns.
+
+Why greenlets and not threads: every OS thread that runs torch's parallel CPU ops keeps an
+OpenMP thread team of its own (GNU libgomp), and once a process holds more team threads than
+CPUs, libgomp stops spinning between parallel regions and puts its threads to sleep after each
+one. On a 2-core machine a target forward then took 52 ms instead of 38 (for every runner, at
+every step, so lockstep ratios measured a slower machine than any single run sees). Greenlets
+are switched within the calling thread: one OpenMP team, the speed of a plain run. They share
+that thread's state, too: a caller whose works change thread-local state across a pause (torch's
+RNG, its grad mode) keeps that state apart itself (bench.py does).
 """
 from __future__ import annotations
 
-import threading
 import time
 from typing import Callable, Generator, TypeVar
+
+import greenlet
 
 T = TypeVar("T")
 
 
-class _Abandoned(Exception):
-    """Raised inside the worker when the caller stops taking turns."""
-
-
 def in_turns(work: Callable[[Callable[[], None]], T]) -> Generator[float, None, T]:
-    """A generator that runs `work(pause)` in a worker thread one turn per `next()`: a turn runs
-    from one `pause()` to the next (or to the end), and yields its own duration in seconds,
-    timed in the worker (the hand-over between threads is not counted). Returns what `work`
-    returns; an exception in `work` is raised here. Closing the generator early stops the
-    worker at its next pause."""
-    go, paused = threading.Semaphore(0), threading.Semaphore(0)
-    state: dict = {"busy": 0.0, "done": False, "stop": False}
+    """A generator that runs `work(pause)` in a greenlet one turn per `next()`: a turn runs from
+    one `pause()` to the next (or to the end), and yields its own duration in seconds (the
+    hand-over is not counted). Returns what `work` returns; an exception in `work` is raised
+    here. Closing the generator early stops the work at its pause (raising GreenletExit there,
+    so its `finally` blocks and context managers run)."""
+    busy = [0.0, 0.0]           # (start of the current turn, length of the last one)
 
     def pause() -> None:
-        state["busy"] = time.perf_counter() - state["t"]
-        paused.release()
-        go.acquire()
-        if state["stop"]:
-            raise _Abandoned
-        state["t"] = time.perf_counter()
+        busy[1] = time.perf_counter() - busy[0]
+        worker.parent.switch()
+        busy[0] = time.perf_counter()
 
-    def main() -> None:
-        go.acquire()
-        state["t"] = time.perf_counter()
-        try:
-            if not state["stop"]:
-                state["result"] = work(pause)
-        except _Abandoned:
-            pass
-        except BaseException as exc:  # handed to the caller's thread
-            state["error"] = exc
-        state["busy"] = time.perf_counter() - state["t"]
-        state["done"] = True
-        paused.release()
+    def main() -> T:
+        busy[0] = time.perf_counter()
+        out = work(pause)
+        busy[1] = time.perf_counter() - busy[0]
+        return out
 
-    worker = threading.Thread(target=main, name="specviz-turns", daemon=True)
-    worker.start()
+    worker = greenlet.greenlet(main)
     try:
         while True:
-            go.release()
-            paused.acquire()
-            if state["done"]:
+            worker.parent = greenlet.getcurrent()   # whoever asks for this turn gets it back
+            out = worker.switch()
+            if worker.dead:
                 break
-            yield state["busy"]
+            yield busy[1]
     finally:
-        if not state["done"]:
-            state["stop"] = True
-            go.release()
-        worker.join()
-    if "error" in state:
-        raise state["error"]
-    yield state["busy"]
-    return state["result"]
+        if not worker.dead:
+            worker.throw()                          # GreenletExit: unwinds the paused work
+    yield busy[1]
+    return out
 
 
 class Streamer:

@@ -136,7 +136,7 @@ def test_bench_repeats_keep_each_prompts_median_run(capsys, tmp_path):
 
 
 def test_bench_lockstep_takes_turns_with_the_peers(capsys, tmp_path):
-    """Lockstep (the default): ours and HF generate (paused at each step in a worker thread) take
+    """Lockstep (the default): ours and HF generate (paused at each step in a greenlet) take
     turns on each prompt; the tokens are those of a serial run, and each run's time is its own."""
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "category": "qa",

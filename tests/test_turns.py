@@ -1,4 +1,4 @@
-"""turns.in_turns: a blocking call run one turn at a time in a worker thread. Pure Python."""
+"""turns.in_turns: a blocking call run one turn at a time in a greenlet. Pure Python."""
 from __future__ import annotations
 
 import threading
@@ -65,12 +65,38 @@ def test_an_error_in_the_call_is_raised_to_the_caller():
 
 def test_closing_early_stops_the_worker():
     log: list[str] = []
-    before = threading.active_count()
-    gen = turns.in_turns(counting("a", log, 100))
+    cleaned = []
+
+    def work(pause):
+        try:
+            counting("a", log, 100)(pause)
+        finally:
+            cleaned.append(True)
+
+    gen = turns.in_turns(work)
     next(gen), next(gen)
     gen.close()
     assert log == ["a0", "a1"]                 # it never ran another step
-    assert threading.active_count() == before  # and its thread has ended
+    assert cleaned == [True]                   # and it unwound (its finally blocks ran)
+
+
+def test_turns_run_on_the_callers_thread():
+    """No thread of their own: torch's OpenMP team is per OS thread, and a second team on a
+    2-core machine slows every parallel op (turns.py's docstring)."""
+    seen = []
+
+    def work(pause):
+        seen.append(threading.get_ident())
+        pause()
+        seen.append(threading.get_ident())
+        return "done"
+
+    before = threading.active_count()
+    a, b = turns.in_turns(work), turns.in_turns(work)
+    next(a), next(b)
+    assert threading.active_count() == before
+    assert drive(a)[1] == drive(b)[1] == "done"
+    assert seen == [threading.get_ident()] * 4
 
 
 def test_streamer_pauses_at_every_put():
