@@ -59,12 +59,16 @@ def main() -> None:
     ensure_embedded_model()
 
     from specviz.models.target import Target
-    from specviz import strategies, ui
+    from specviz import compute, strategies, ui
 
     host, port = server_address(args.host, args.port, os.environ)
     strategies.set_defaults(strategies.parse_sets(args.set))
-    target = Target.load(args.model, device=args.device, threads=args.threads)
-    ui.launch(ui.build(target, gpu_decorator()), host=host, port=port)
+    gpu = gpu_decorator()
+    if importlib.util.find_spec("spaces") is not None:
+        compute.run_inline()   # ZeroGPU: the engine runs inside each request's decorated call
+    # loaded on the thread that will run it (compute.py: one OpenMP team per process)
+    target = compute.call(Target.load, args.model, device=args.device, threads=args.threads)
+    ui.launch(ui.build(target, gpu), host=host, port=port)
 
 
 if __name__ == "__main__":

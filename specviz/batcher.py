@@ -1,5 +1,6 @@
 """The app's shared batched engine: concurrent requests with batchable settings share one
-BatchEngine per strategy, stepped by one worker thread (continuous batching across users).
+BatchEngine per strategy, stepped by one worker thread (continuous batching across users) whose
+torch work runs on the process's compute thread (compute.py).
 
 Boundary: `submit` -> a Ticket with its own event queue; `cancel` takes it out between steps.
 The worker admits new requests between steps, steps every engine that has members, and gives
@@ -16,8 +17,8 @@ import queue
 import threading
 from dataclasses import dataclass, field
 
+from specviz import compute, metrics, strategies
 from specviz import events as ev
-from specviz import metrics, strategies
 from specviz.engine.batch import BatchEngine
 from specviz.engine.decode import GenSettings, check_prompt
 from specviz.engine.scheduler import parse_policy
@@ -94,16 +95,20 @@ class Batcher:
                     self._cv.wait()
                 joins, self._joins = self._joins, []
                 cancels, self._cancels = self._cancels, set()
-            for ticket, gen in joins:
-                self._join(ticket, gen)
-            for rid in cancels:
-                for engine in self._engines.values():
-                    fin = engine.cancel(rid)
-                    if fin is not None:
-                        self._route([fin])
-            for strategy, engine in list(self._engines.items()):
-                if engine.members:
-                    self._step(strategy, engine)
+            compute.call(self._round, joins, cancels)   # the torch work: on the compute thread
+
+    def _round(self, joins: list[tuple[Ticket, GenSettings]], cancels: set[int]) -> None:
+        """Admit, cancel, then step every engine that has members once."""
+        for ticket, gen in joins:
+            self._join(ticket, gen)
+        for rid in cancels:
+            for engine in self._engines.values():
+                fin = engine.cancel(rid)
+                if fin is not None:
+                    self._route([fin])
+        for strategy, engine in list(self._engines.items()):
+            if engine.members:
+                self._step(strategy, engine)
 
     def _join(self, ticket: Ticket, gen: GenSettings) -> None:
         strategy = ticket.started.strategy

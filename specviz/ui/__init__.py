@@ -11,7 +11,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from specviz import strategies
+from specviz import compute, strategies
 from specviz.batcher import Batcher
 from specviz.ui import api, compare, guide, learn, playground, replay, serving, session
 
@@ -21,7 +21,7 @@ THEME = gr.themes.Soft(primary_hue="indigo", secondary_hue="green")
 
 def build(target, gpu=lambda f: f) -> gr.Blocks:
     """gpu: a decorator for functions that run the engine (spaces.GPU on a ZeroGPU Space)."""
-    unavailable = strategies.available(target)
+    unavailable = compute.call(strategies.available, target)   # builds every drafter
     # one shared batch per app: Playground users and API callers with batchable requests
     batcher = Batcher(target)
     with gr.Blocks(title="specviz — speculative decoding, step by step",

@@ -13,10 +13,11 @@ import dataclasses
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import gradio as gr
 
+from specviz import compute
 from specviz import serve as serving
 from specviz import serving_metrics
 from specviz.bench import Prompt, greedy_match, read_prompts
@@ -112,35 +113,35 @@ def _text(p: Prompt) -> str:
     return p.prompt if isinstance(p.prompt, str) else str(p.prompt[-1].get("content", ""))
 
 
-def _work(target, s: Setup, put: Callable[[Any], None], cancel: threading.Event) -> None:
-    """The worker (session.in_thread): put (kind, label, payload) items."""
+def _work(target, s: Setup, cancel: threading.Event) -> Iterator[tuple[str, str, Any]]:
+    """The comparison as (kind, label, payload) items (stepped on the compute thread)."""
     if not cache_file(target).is_file():
-        put(("note", "", "Measuring the SPS curve (once per model and device)…"))
+        yield ("note", "", "Measuring the SPS curve (once per model and device)…")
     sps = profile(target)
     drafter, kind, settings = serving.batch_drafter(target, s.strategy)
     incoming, names = serving.requests_of(target, s.prompts, s.requests,
                                           s.gen.max_new_tokens, s.gen, s.arrival)
-    put(("requests", "", {x.id: f"{name}: {_text(s.prompts[x.id % len(s.prompts)])}"
-                          for x, name in zip(incoming, names)}))
+    yield ("requests", "", {x.id: f"{name}: {_text(s.prompts[x.id % len(s.prompts)])}"
+                            for x, name in zip(incoming, names)})
     done: dict[str, list[Event]] = {}
     for policy in s.policies:
-        put(("note", policy.id, f"Serving {len(incoming)} requests with {policy.id}…"))
+        yield ("note", policy.id, f"Serving {len(incoming)} requests with {policy.id}…")
         events = done.setdefault(policy.id, [])
         for e in serve(target, drafter, incoming, policy, sps, strategy=s.strategy,
                        strategy_settings=settings, confidence=kind, sps_curve=sps.points(),
                        seed=s.gen.seed):
             events.append(e)
-            put(("event", policy.id, e))
+            yield ("event", policy.id, e)
             if cancel.is_set():
                 return
     if s.check and s.gen.sampling.greedy:
-        put(("note", "", "Checking each request against its own ar output…"))
+        yield ("note", "", "Checking each request against its own ar output…")
         refs = serving.ar_reference(target, incoming)
         for label, events in done.items():
             got = [e for e in events if isinstance(e, RequestFinished)]
             ok = [greedy_match(target, incoming[e.request].prompt_ids, refs[e.request],
                                e.token_ids) for e in got]
-            put(("match", label, sum(ok) / len(ok)))
+            yield ("match", label, sum(ok) / len(ok))
 
 
 def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
@@ -211,7 +212,11 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
         runs: dict[str, list[Event]] = {label: [] for label in labels_of}
         matches: dict[str, Any] = {}
         names: dict[int, str] = {}
-        out = session.in_thread(lambda put: _work(target, s, put, cancel), "specviz-serve")
+        def work(put: Callable[[Any], None]) -> None:
+            for item in compute.iterate(_work(target, s, cancel)):
+                put(item)
+
+        out = session.in_thread(work, "specviz-serve")
         tags = dict(zip(labels_of, ("A: ", "B: ")))
 
         def view(figures: bool, note: str | None = None, only: str | None = None,

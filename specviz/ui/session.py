@@ -1,9 +1,10 @@
 """Engine glue for the UI: build a request from form values, run it off the event loop, race lanes.
 
-Boundary: form values -> a checked `runner.RunSpec`; engine runs (runner.events) in a worker
-thread that pushes events to a queue, so rendering never slows the engine's clock, or in the
-app's shared batch (batcher.py), whose worker pushes each request's events to its ticket;
-user-facing errors become one-line `UserError`s. No Gradio components here.
+Boundary: form values -> a checked `runner.RunSpec`; engine runs (runner.events) stepped on the
+process's compute thread (compute.py) by a worker thread that pushes events to a queue, so
+rendering never slows the engine's clock, or in the app's shared batch (batcher.py), whose
+worker pushes each request's events to its ticket; user-facing errors become one-line
+`UserError`s. No Gradio components here.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from specviz import metrics, runner, strategies
+from specviz import compute, metrics, runner, strategies
 from specviz.batcher import Batcher
 from specviz.drafters.base import DrafterUnavailable
 from specviz.engine.decode import BadRequest, GenSettings
@@ -43,8 +44,8 @@ def prepare(target, *, prompt: str, strategy: str, overrides: dict[str, Any] | N
         gen = GenSettings(max_new_tokens=int(max_new_tokens), temperature=float(temperature),
                           top_p=float(top_p), seed=int(seed))
         gen.check()
-        spec = runner.prepare(target, strategy=strategy, prompt_ids=[], gen=gen,
-                              overrides=overrides)
+        spec = compute.call(runner.prepare, target, strategy=strategy, prompt_ids=[], gen=gen,
+                            overrides=overrides)   # builds the drafter: torch work
     except strategies.UnknownStrategy as exc:
         raise UserError(str(exc)) from None
     except DrafterUnavailable as exc:
@@ -88,8 +89,8 @@ def stream(target, req: RunSpec, cancel: threading.Event, every_s: float = 0.25,
            batcher: Batcher | None = None) -> Iterator[list[Event]]:
     """The run's events so far: after the first step, then at most every `every_s` seconds at a
     step boundary, and once at the end. A batchable request (given a `batcher`) rides in the
-    app's shared batch, which tells its steps as a single run would; any other runs alone in a
-    worker thread, at most ENGINE_CONCURRENCY at once. Setting `cancel` (or closing the
+    app's shared batch, which tells its steps as a single run would; any other runs alone, at
+    most ENGINE_CONCURRENCY at once, its steps on the compute thread. Setting `cancel` (or closing the
     iterator) stops it at a step boundary."""
     ticket = None
     if batcher is not None and batcher.batchable(req.strategy, req.settings):
@@ -101,7 +102,7 @@ def stream(target, req: RunSpec, cancel: threading.Event, every_s: float = 0.25,
     else:
         def work(put: Callable[[Any], None]) -> None:
             with SINGLE_RUNS:
-                for e in runner.events(target, req, cancel):
+                for e in compute.iterate(runner.events(target, req, cancel)):
                     put(e)
 
         q = in_thread(work, "specviz-run")
@@ -135,12 +136,13 @@ def stream(target, req: RunSpec, cancel: threading.Event, every_s: float = 0.25,
 
 
 def race(target, reqs: list[RunSpec], cancel: threading.Event) -> Iterator[dict[str, list[Event]]]:
-    """Advance several runs one step each in turn (lanes side by side), on the calling thread.
+    """Advance several runs one step each in turn (lanes side by side), their steps on the
+    compute thread.
 
     Each lane's clock counts only its own work: the time a lane spends suspended while the
     others step is subtracted from its event times, and its totals are recomputed from them.
     """
-    gens = {r.strategy: runner.events(target, r, cancel) for r in reqs}
+    gens = {r.strategy: compute.iterate(runner.events(target, r, cancel)) for r in reqs}
     runs: dict[str, list[Event]] = {sid: [] for sid in gens}
     paused = {sid: 0.0 for sid in gens}
     left_at: dict[str, float] = {}
