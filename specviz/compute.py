@@ -17,21 +17,31 @@ With one thread for all of it there is one team, whatever the number of users.
 """
 from __future__ import annotations
 
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 
 _here = threading.local()
 _inline = False
+_tasks: queue.SimpleQueue = queue.SimpleQueue()
+_started = threading.Lock()
+_thread: threading.Thread | None = None
 
 
-def _mark() -> None:
+def _serve() -> None:
+    """The compute thread: run the queued tasks in order, for the life of the process (a daemon:
+    it never holds up the interpreter's exit)."""
     _here.compute = True
-
-
-_POOL = ThreadPoolExecutor(1, thread_name_prefix="specviz-compute", initializer=_mark)
+    while True:
+        fn, args, kwargs, done = _tasks.get()
+        if done.set_running_or_notify_cancel():
+            try:
+                done.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                done.set_exception(exc)
 
 
 def on_compute_thread() -> bool:
@@ -47,9 +57,16 @@ def run_inline() -> None:
 def call(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """fn(*args, **kwargs) on the compute thread (at once when already there), after the tasks
     queued before it."""
+    global _thread
     if _inline or on_compute_thread():
         return fn(*args, **kwargs)
-    return _POOL.submit(fn, *args, **kwargs).result()
+    with _started:
+        if _thread is None:
+            _thread = threading.Thread(target=_serve, name="specviz-compute", daemon=True)
+            _thread.start()
+    done: Future = Future()
+    _tasks.put((fn, args, kwargs, done))
+    return done.result()
 
 
 def iterate(items: Iterator[T]) -> Iterator[T]:
