@@ -13,8 +13,9 @@ tail -c +58000001 "$gguf" > .dev/g2/part2
 sha256sum "$gguf" | cut -d' ' -f1 > .dev/sh/gguf.sha256
 python -c "from specviz.models.target import Target; print(Target.load('embedded', device='cpu').fingerprint)" \
   > .dev/sh/fingerprint
-pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .dev/whl \
-  "gguf==$(python -c 'import importlib.metadata as m; print(m.version("gguf"))')"
+pin() { python -c "import importlib.metadata as m; print('$1==' + m.version('$1'))"; }
+# gguf: the embedded target's loader; greenlet: specviz.bench (selfcheck imports it) takes turns
+pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .dev/whl "$(pin gguf)" "$(pin greenlet)"
 names=$(cd assets && for d in $DRAFTERS; do ls "$d.md" "$d".safetensors "$d"-0*-of-*.safetensors 2>/dev/null || true; done)
 (cd assets && tar -cf - $names) | xz -T2 -6 > .dev/init.tar.xz
 head -c 6000000 .dev/init.tar.xz > .dev/ia/init.tar.xz.00
