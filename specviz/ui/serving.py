@@ -1,9 +1,9 @@
 """The Serving tab: R requests share one batched engine; one or two verify-length policies run
 in turn on the same requests, side by side.
 
-Boundary: form -> checked serving set-up (one-line UserErrors) -> a worker thread that serves
-policy A, then policy B (engine/batch.serve), and optionally checks each request against its
-own `ar` output -> the figures of viz/serving.py, redrawn as steps arrive. Stop (the browser
+Boundary: form -> checked serving set-up (one-line UserErrors) -> a worker thread that steps,
+on the compute thread (compute.py), the serving of policy A, then policy B (engine/batch.serve),
+and optionally checks each request against its own `ar` output -> the figures of viz/serving.py, redrawn as steps arrive. Stop (the browser
 session's cancel flag) ends the run at the next step boundary. Per-user state: the finished
 runs' metrics of the current settings, for the comparison chart and table.
 """
