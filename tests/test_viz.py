@@ -113,6 +113,31 @@ def test_deep_tree_labels_only_what_the_target_looked_at():
     assert list(nodes["accepted"].text) == ["t0"]
 
 
+def test_a_wide_level_grows_the_tree_figure_and_labels_beside_its_nodes():
+    """A block drafter's tree: 12 candidates at one position. Each keeps its label, set beside
+    the node, and the figure grows so that the stacked labels do not overlap."""
+    n = 12
+    evs = [start(),
+           DraftProposed(step=1, tokens=list(range(100, 101 + n)),
+                         pieces=["r"] + [f"t{i}" for i in range(n)], parents=[-1] + [0] * n,
+                         depths=[0] + [1] * n, q=[None] + [1.0 / n] * n,
+                         confidence=[None] + [1.0 / n] * n, draft_s=0.01, t=0.1),
+           Verified(step=1, p=[None] + [0.05] * n, argmax=[None] + [7] * n,
+                    argmax_pieces=[None] + ["x"] * n, draw=[None] * (n + 1), verify_s=0.05,
+                    input_tokens=n + 1, t=0.2),
+           Accepted(step=1, path=[0], n_accepted=0, token=7, piece="x", source="corrected",
+                    new_tokens=[7], t=0.21),
+           KVUpdated(step=1, target_before=12, target_after=11, kept=[10],
+                     dropped=list(range(11, 11 + n)), t=0.22)]
+    wide = tree.tree_figure(steps.fold(evs).steps[0])
+    assert wide.layout.height >= tree.ROW_PX * n
+    labelled = [t for t in wide.data if t.mode == "markers+text" and "t3" in list(t.text)]
+    assert labelled and labelled[0].textposition == "middle right"
+    narrow = tree.tree_figure(steps.fold(run_events()).steps[0])
+    assert narrow.layout.height == tree.HEIGHT
+    assert {t.textposition for t in narrow.data if t.mode == "markers+text"} == {"top center"}
+
+
 def test_tree_note_is_escaped_and_wrapped():
     evs = run_events()
     long = "EAGLE-2 <dynamic> tree: " + "a long explanation of the step " * 6

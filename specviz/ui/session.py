@@ -90,8 +90,8 @@ def stream(target, req: RunSpec, cancel: threading.Event, every_s: float = 0.25,
     """The run's events so far: after the first step, then at most every `every_s` seconds at a
     step boundary, and once at the end. A batchable request (given a `batcher`) rides in the
     app's shared batch, which tells its steps as a single run would; any other runs alone, at
-    most ENGINE_CONCURRENCY at once, its steps on the compute thread. Setting `cancel` (or closing the
-    iterator) stops it at a step boundary."""
+    most ENGINE_CONCURRENCY at once, its steps on the compute thread. Setting `cancel` (or
+    closing the iterator) stops it at a step boundary."""
     ticket = None
     if batcher is not None and batcher.batchable(req.strategy, req.settings):
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import textwrap
+from collections import Counter
 
 import networkx as nx
 import plotly.graph_objects as go
@@ -20,6 +21,9 @@ EXTRA = "extra"   # graph id of the target's own token
 PATH_TRACE = "accepted path"
 NOTE_WIDTH = 80    # characters of the step note per title line, for a half-page panel
 LABEL_DEPTH = 8    # deeper trees label only the nodes the target looked at (labels would collide)
+HEIGHT = 360
+WIDE = 5           # a level of more nodes than this stacks them with labels beside, not above
+ROW_PX = 30        # and grows the figure by this much per node of its widest level
 
 
 def graph(step: Step) -> nx.DiGraph:
@@ -46,12 +50,15 @@ def tree_figure(step: Step | None, title: str = "", note_width: int = NOTE_WIDTH
     """The step's draft tree; `note_width` wraps the step's note (characters per line) to the
     panel the figure is shown in (plotly does not wrap titles)."""
     fig = go.Figure()
-    fig.update_layout(title=title or "Draft tree", height=360, margin=dict(l=10, r=10, t=40, b=10),
+    fig.update_layout(title=title or "Draft tree", height=HEIGHT,
+                      margin=dict(l=10, r=10, t=40, b=10),
                       xaxis=dict(visible=False), yaxis=dict(visible=False),
                       legend=dict(orientation="h", y=-0.05), plot_bgcolor="white")
     if step is None or step.draft is None:
         return fig
     g = graph(step)
+    widest = max(Counter(layer for _, layer in g.nodes(data="layer")).values())
+    fig.update_layout(height=max(HEIGHT, 120 + ROW_PX * widest))   # a block tree's wide levels
     pos = nx.multipartite_layout(g, subset_key="layer", align="vertical")
     ys = [y for _, y in pos.values()]
     span = (max(ys) - min(ys)) or 1.0   # room above the top node for its label
@@ -90,7 +97,8 @@ def tree_figure(step: Step | None, title: str = "", note_width: int = NOTE_WIDTH
             marker=dict(size=sizes, color=ROOT if status == "root" else color(status),
                         line=dict(color="white", width=1)),
             text=["" if crowded and status == "pending" else html.escape(visible(p))
-                  for p in pieces], textposition="top center",
+                  for p in pieces],
+            textposition="middle right" if widest > WIDE else "top center",
             hovertext=[html.escape(h) for h in hovers], hoverinfo="text",
             customdata=[str(n) for n in nodes]))
     note = d.note + (" (fallback: plain target step)" if d.fallback else "")
