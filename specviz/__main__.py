@@ -65,10 +65,10 @@ def parser() -> argparse.ArgumentParser:
                         "each prompt's median run: steadier per-prompt ratios on a noisy machine")
     mode = b.add_mutually_exclusive_group()
     mode.add_argument("--lockstep", dest="lockstep", action="store_true", default=True,
-                      help="(the default) on each prompt, the strategies and peers take turns one "
-                           "decoding step each, and a run's time is the sum of its own turns: a "
-                           "busy or drifting machine slows them all alike, so ratios are paired "
-                           "step by step")
+                      help="(the default) on each prompt, the strategies and peers take turns of "
+                           "about 0.15 s of decoding steps each, and a run's time is the sum of "
+                           "its own steps: a busy or drifting machine slows them all alike, so "
+                           "ratios are paired turn by turn")
     mode.add_argument("--serial", dest="lockstep", action="store_false",
                       help="on each prompt, run the strategies and peers one after another")
     _common(b)

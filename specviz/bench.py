@@ -1,7 +1,7 @@
 """The benchmark: every strategy (and HF peers) on every prompt, interleaved in one process.
 
 Boundary: prompt files, running and timing the runners (ours and the HF peers, one after
-another or taking turns step by step), counting the peers' target forwards, the tie-aware
+another or taking turns of a few steps), counting the peers' target forwards, the tie-aware
 greedy comparison with `ar`, and the JSON shape of DESIGN.md §5. Ratios are taken within one
 run so they hold on a noisy machine.
 """
@@ -180,13 +180,20 @@ def forward_count(model: torch.nn.Module) -> Iterator[list[int]]:
         handle.remove()
 
 
-def _run(runs: dict[str, Turns], turn_order: random.Random | None
+# A lockstep turn lasts this long (a few decoding steps), not one step: every switch to another
+# runner costs the next one time (its caches cold), and switching at every step of 11 runners
+# cost the learned strategies more than `ar` (eagle3 1.70x hf-generate, 1.83x run serially, 1.85x
+# in 0.15 s turns on the same 8 dev prompts). Drifts of the machine's speed last seconds.
+TURN_S = 0.15
+
+
+def _run(runs: dict[str, Turns], turn_order: random.Random | None, turn_s: float = TURN_S
          ) -> dict[str, tuple[list[int], float, int | None, Split]]:
     """Drive each runner's run to its end: one after another in the dict's order, or, given
     `turn_order` (a seeded RNG: lockstep), in rounds of one turn each, in a fresh random order
-    every round (no runner always follows the same one). Returns name -> (tokens, wall seconds,
-    target forwards, (draft s, verify s) or None), the wall time being the sum of the runner's
-    own turns.
+    every round (no runner always follows the same one); a turn takes a runner's steps until
+    they add up to `turn_s` seconds. Returns name -> (tokens, wall seconds, target forwards,
+    (draft s, verify s) or None), the wall time being the sum of the runner's own steps.
 
     The runners share this thread (greenlets, turns.py), so its autograd state too: they all
     run inside one inference mode, so that a runner's own `no_grad` / `inference_mode` blocks,
@@ -198,13 +205,14 @@ def _run(runs: dict[str, Turns], turn_order: random.Random | None
         while len(done) < len(runs):
             names = [n for n in runs if n not in done]
             for name in turn_order.sample(names, len(names)) if turn_order else names:
-                while name not in done:
+                turn = 0.0
+                while name not in done and not (turn_order and turn >= turn_s):
                     try:
-                        wall[name] += next(runs[name])
+                        step = next(runs[name])
+                        wall[name] += step
+                        turn += step
                     except StopIteration as stop:
                         done[name] = stop.value
-                    if turn_order:
-                        break
     return {name: (toks, wall[name], fw, split) for name, (toks, fw, split) in done.items()}
 
 
@@ -226,9 +234,9 @@ def bench(target: Target, *, strategy_ids: list[str], prompts: list[Prompt],
     fresh process's cross-request state (`strategies.forget`: the n-gram store learns the same
     way in every pass), and each prompt's row for a strategy is its run of median wall time
     (its `wall_s_runs` lists every pass). With lockstep (the default) the runners on a prompt
-    take turns one decoding step each, in a seeded random order each round (HF generate pauses
-    at each step in a greenlet, turns.py), and a run's wall time is the sum of its own
-    turns: a drift in the machine's speed then falls on every runner alike, step by step.
+    take turns of TURN_S seconds of decoding steps each, in a seeded random order each round
+    (HF generate pauses at each step in a greenlet, turns.py), and a run's wall time is the sum
+    of its own steps: a drift in the machine's speed then falls on every runner alike.
     Without it (serial), the runners on a prompt run one after another. Both repeats and
     lockstep steady single-prompt ratios on a noisy machine."""
     check_repeats(repeats)

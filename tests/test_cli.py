@@ -1,6 +1,7 @@
 """The CLI contracts of DESIGN.md §5 and its bad-input handling (one line, exit 2, no traceback)."""
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -153,6 +154,35 @@ def test_bench_lockstep_takes_turns_with_the_peers(capsys, tmp_path):
         assert 0 < row["wall_s"] and row["tokens_per_s"] == pytest.approx(row["new_tokens"] / row["wall_s"])
     assert d["strategies"]["ar"]["prompts"][0]["target_forwards"] == ar["new_tokens"]
     assert d["strategies"]["hf-generate"]["prompts"][0]["target_forwards"] == ar["new_tokens"]
+
+
+def test_lockstep_turns_last_a_quantum_of_steps_and_time_counts_each_runners_own_steps():
+    """bench._run: a runner keeps the turn until its steps add up to turn_s (switching at every
+    step cost the learned strategies more than `ar`), then the others go, in a seeded order;
+    serial runs each to its end. A run's wall time is the sum of its own steps."""
+    import random
+    from specviz import bench
+
+    log: list[str] = []
+
+    def runner(name: str, steps: int, step_s: float):
+        for i in range(steps):
+            log.append(name)
+            yield step_s
+        return [len(name)], steps, None
+
+    class InOrder(random.Random):                     # every round: a, then b
+        def sample(self, names, k):
+            return list(names)[:k]
+
+    out = bench._run({"a": runner("a", 6, 0.1), "b": runner("b", 3, 0.2)}, InOrder(),
+                     turn_s=0.25)
+    assert out["a"] == ([1], pytest.approx(0.6), 6, None) and out["b"][1] == pytest.approx(0.6)
+    turns = [(name, len(list(g))) for name, g in itertools.groupby(log)]
+    assert turns == [("a", 3), ("b", 2), ("a", 3), ("b", 1)]   # 0.3 s and 0.4 s turns
+    log.clear()
+    bench._run({"a": runner("a", 2, 0.1), "b": runner("b", 2, 0.1)}, None)
+    assert log == ["a", "a", "b", "b"]                  # serial
 
 
 def test_bench_table_shows_aggregates_and_each_prompt():
