@@ -28,9 +28,14 @@ def ensure_embedded_model() -> None:
                        check=True)
 
 
+def on_zerogpu() -> bool:
+    """Whether the `spaces` package (a ZeroGPU Space) is installed."""
+    return importlib.util.find_spec("spaces") is not None
+
+
 def gpu_decorator():
     """spaces.GPU on a ZeroGPU Space; a no-op elsewhere."""
-    if importlib.util.find_spec("spaces") is None:
+    if not on_zerogpu():
         return lambda f: f
     import spaces
     return spaces.GPU
@@ -64,7 +69,7 @@ def main() -> None:
     host, port = server_address(args.host, args.port, os.environ)
     strategies.set_defaults(strategies.parse_sets(args.set))
     gpu = gpu_decorator()
-    if importlib.util.find_spec("spaces") is not None:
+    if on_zerogpu():
         compute.run_inline()   # ZeroGPU: the engine runs inside each request's decorated call
     # loaded on the thread that will run it (compute.py: one OpenMP team per process)
     target = compute.call(Target.load, args.model, device=args.device, threads=args.threads)

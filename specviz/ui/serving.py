@@ -3,9 +3,10 @@ in turn on the same requests, side by side.
 
 Boundary: form -> checked serving set-up (one-line UserErrors) -> a worker thread that steps,
 on the compute thread (compute.py), the serving of policy A, then policy B (engine/batch.serve),
-and optionally checks each request against its own `ar` output -> the figures of viz/serving.py, redrawn as steps arrive. Stop (the browser
-session's cancel flag) ends the run at the next step boundary. Per-user state: the finished
-runs' metrics of the current settings, for the comparison chart and table.
+and optionally checks each request against its own `ar` output -> the figures of
+viz/serving.py, redrawn as steps arrive. Stop (the browser session's cancel flag) ends the run
+at the next step boundary. Per-user state: the finished runs' metrics of the current settings,
+for the comparison chart and table.
 """
 from __future__ import annotations
 
@@ -13,11 +14,10 @@ import dataclasses
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import gradio as gr
 
-from specviz import compute
 from specviz import serve as serving
 from specviz import serving_metrics
 from specviz.bench import Prompt, greedy_match, read_prompts
@@ -212,11 +212,7 @@ def build(target, unavailable: dict[str, str | None], gpu=lambda f: f) -> None:
         runs: dict[str, list[Event]] = {label: [] for label in labels_of}
         matches: dict[str, Any] = {}
         names: dict[int, str] = {}
-        def work(put: Callable[[Any], None]) -> None:
-            for item in compute.iterate(_work(target, s, cancel)):
-                put(item)
-
-        out = session.in_thread(work, "specviz-serve")
+        out = session.in_thread(_work(target, s, cancel), "specviz-serve")
         tags = dict(zip(labels_of, ("A: ", "B: ")))
 
         def view(figures: bool, note: str | None = None, only: str | None = None,

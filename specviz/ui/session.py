@@ -8,11 +8,12 @@ worker pushes each request's events to its ticket; user-facing errors become one
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import queue
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -69,14 +70,18 @@ def friendly(exc: BaseException) -> UserError:
     return UserError(f"The run failed: {type(exc).__name__}: {exc}")
 
 
-def in_thread(produce: Callable[[Callable[[Any], None]], None], name: str) -> queue.Queue:
-    """Run `produce(put)` in a daemon thread, so the page's loop never slows the engine: the
-    queue gets every item it puts, then the exception it raised (if any), then None."""
+def in_thread(items: Iterator[Any], name: str,
+              gate: contextlib.AbstractContextManager = contextlib.nullcontext()) -> queue.Queue:
+    """Advance `items` on the compute thread (compute.iterate) from a daemon thread that holds
+    `gate` meanwhile, so the page's loop never slows the engine: the queue gets every item,
+    then the exception it raised (if any), then None."""
     q: queue.Queue = queue.Queue()
 
     def work() -> None:
         try:
-            produce(q.put)
+            with gate:
+                for item in compute.iterate(items):
+                    q.put(item)
         except BaseException as exc:  # noqa: BLE001 - surfaced to the page as a message
             q.put(exc)
         q.put(None)
@@ -100,12 +105,7 @@ def stream(target, req: RunSpec, cancel: threading.Event, every_s: float = 0.25,
             raise UserError(str(exc)) from None
         q = ticket.events
     else:
-        def work(put: Callable[[Any], None]) -> None:
-            with SINGLE_RUNS:
-                for e in compute.iterate(runner.events(target, req, cancel)):
-                    put(e)
-
-        q = in_thread(work, "specviz-run")
+        q = in_thread(runner.events(target, req, cancel), "specviz-run", SINGLE_RUNS)
     events: list[Event] = []
     last = 0.0
     try:
