@@ -211,6 +211,26 @@ def test_free_run_on_a_sequence_too_short_for_a_block(tiny_target):
     assert z.shape == (0, 8)
 
 
+def test_dspark_loss_mixes_ce_and_l1_by_its_ce_weight(tiny_target):
+    """DSpark's training loss is w CE + (1 - w) L1 + BCE (w = `--ce-weight`, published 0.1), on
+    a real sequence with the target's own top-4 distributions as labels."""
+    from specviz.train.blocks import CE_WEIGHT, BlockTrainable
+    t = tiny_target
+    m = tiny_dspark(t)
+    ids = t.encode("Write a haiku about rain, then explain it.")
+    out = t.forward(ids, t.new_cache(), taps=TINY_TAPS)
+    top = torch.softmax(out.logits.float(), -1).topk(4, -1)
+    batch = {"tokens": torch.tensor([ids]), "valid": torch.ones(1, len(ids)),
+             "loss_mask": torch.ones(1, len(ids)), "topk_ids": top.indices[None],
+             "topk_p": (top.values / top.values.sum(-1, keepdim=True))[None]}
+    batch |= {f"h{k}": v[None] for k, v in out.taps.items()}
+    for w in (CE_WEIGHT, 0.7):
+        tr = BlockTrainable(t, m.backbone, 8, off=0, gamma_w=7.0, dspark=m, ce_weight=w)
+        loss, parts = tr.loss(batch, torch.Generator().manual_seed(1))
+        assert float(parts["l1"]) > 0 and float(parts["ce"]) > 0
+        torch.testing.assert_close(loss, w * parts["ce"] + (1 - w) * parts["l1"] + parts["bce"])
+
+
 def test_hardware_scheduler_under_greedy(tiny_target):
     t = tiny_target
     m, ids, feats = confident_dspark(t)

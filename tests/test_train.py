@@ -292,6 +292,8 @@ def test_drafter_flags_reach_the_reproduce_line():
     assert drafter_flags(parser().parse_args(["--drafter", "dspark"])) == ""
     assert drafter_flags(parser().parse_args(["--drafter", "dspark", "--position-decay", "3"])
                          ) == " --position-decay 3"
+    assert drafter_flags(parser().parse_args(["--drafter", "dspark", "--ce-weight", "0.7"])
+                         ) == " --ce-weight 0.7"
 
 
 def test_the_cli_defaults_are_the_train_configs():
@@ -339,6 +341,19 @@ def test_position_decay_reaches_the_block_trainables_loss_weights(tiny_target):
     assert dflash_b16(tiny_target, args).gamma_w == 7.0 and dflash_b8(tiny_target, args).gamma_w == 4.0
     with pytest.raises(SystemExit):
         main(["--drafter", "eagle3", "--position-decay", "3"])
+
+
+def test_ce_weight_reaches_the_dspark_trainable(tiny_target):
+    """`--ce-weight W` sets DSpark's CE share (0 keeps the published 0.1); the loss itself is
+    checked in test_block_drafters."""
+    from specviz.train import blocks
+    from specviz.train.cli import parser
+    args = parser().parse_args(["--drafter", "dspark", "--ce-weight", "0.7"])
+    args.shipped_vocab = torch.arange(100, 300)
+    tr = blocks.dspark(tiny_target, args)
+    assert tr.ce_weight == 0.7
+    args.ce_weight = 0
+    assert blocks.dspark(tiny_target, args).ce_weight == blocks.CE_WEIGHT == 0.1
 
 
 def test_a_deeper_block_drafter_grows_from_shallower_weights(tiny_target):
@@ -440,6 +455,8 @@ def test_greedy_mix_moves_label_mass_onto_the_greedy_token():
 
 
 @pytest.mark.parametrize("argv", [["--drafter", "eagle3", "--position-decay", "3"],
+                                  ["--drafter", "dflash-b16", "--ce-weight", "0.5"],
+                                  ["--drafter", "dspark", "--ce-weight", "1.5"],
                                   ["--drafter", "mtp", "--layers", "3"],
                                   ["--drafter", "dflash-b16", "--ttt-steps", "5"],
                                   ["--drafter", "eagle3", "--greedy-mix", "1.5"],

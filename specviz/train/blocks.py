@@ -8,10 +8,10 @@ isolated from each other, ALGORITHMS.md §5). Row k targets the token k - off af
 (off = 1 for DFlash: the anchor row predicts nothing; off = 0 for DSpark), weighted
 exp(-(k - off) / γ_w).
 
-DFlash: soft-label CE against the target's distribution. DSpark: 0.1 CE + 0.9 ‖p_d - p_t‖₁ +
-BCE(c, c*) with c* = 1 - ½‖p_d - p_t‖₁ and the Markov / confidence heads teacher-forced on the
-true previous token; at export, sequential calibration (per-position temperature and bias,
-train/calibrate.py) on held-out sequences.
+DFlash: soft-label CE against the target's distribution. DSpark: w CE + (1 - w) ‖p_d - p_t‖₁ +
+BCE(c, c*) with c* = 1 - ½‖p_d - p_t‖₁ (w = 0.1 as published, `--ce-weight`) and the Markov /
+confidence heads teacher-forced on the true previous token; at export, sequential calibration
+(per-position temperature and bias, train/calibrate.py) on held-out sequences.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from specviz.train import calibrate, init
 from specviz.train.data import TrainData, drafter_vocab
 from specviz.train.distill import head_logits, l1_to_target, soft_ce, to_draft, weighted_mean
 
+CE_WEIGHT = 0.1      # DSpark's published 0.1 CE + 0.9 L1
 ANCHOR_EVERY = 16    # one training block per this many crop tokens (16 in a 256-token crop)
 MARKOV_RANK = 128
 CALIBRATION_SEQS = 400   # held-out sequences the export's calibration drafts from (evenly spaced);
@@ -98,6 +99,7 @@ class BlockTrainable:
     gamma_w: float
     dspark: DSparkModel | None = None
     heldout: str | None = None        # DSpark: the feature folder its export calibrates on
+    ce_weight: float = CE_WEIGHT      # DSpark: w of w CE + (1 - w) L1
     calibration: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -130,7 +132,7 @@ class BlockTrainable:
         c_star = (1 - 0.5 * l1).detach().clamp(0, 1)
         z = m.confidence_logit(h, e)
         bce = F.binary_cross_entropy_with_logits(z, c_star, reduction="none")
-        loss = weighted_mean(0.1 * ce + 0.9 * l1 + bce, w)
+        loss = weighted_mean(self.ce_weight * ce + (1 - self.ce_weight) * l1 + bce, w)
         return loss, {"ce": weighted_mean(ce, w), "l1": weighted_mean(l1, w),
                       "bce": weighted_mean(bce, w), "c_star": weighted_mean(c_star, w)}
 
@@ -223,7 +225,8 @@ class BlockTrainable:
                 f"anchor also predicts: {self.size} drafts per forward), draft vocabulary and Markov "
                 f"head on the {len(self.backbone.vocab)} most probable tokens of the data (rank "
                 f"{self.dspark.w1.embedding_dim}), confidence head trained on c* = 1 - ½‖p_d - p_t‖₁. "
-                f"Loss 0.1 CE + 0.9 L1 + BCE, position weights exp(-k/{self.gamma_w:g}).\n\n"
+                f"Loss {self.ce_weight:g} CE + {1 - self.ce_weight:g} L1 + BCE, position weights "
+                f"exp(-k/{self.gamma_w:g}).\n\n"
                 f"Calibration (sequential per-position temperature and bias of a_j, greedy "
                 f"acceptance labels; "
                 f"fit on half the held-out sequences, reported on the other half): "
@@ -259,4 +262,5 @@ def dspark(target, args, size: int = 16) -> BlockTrainable:
                         n_layers=init.depth(args, LAYERS), rank=MARKOV_RANK)
     init.block_backbone(model.backbone, target)
     return BlockTrainable(target, model.backbone, size, off=0, gamma_w=position_decay(args, size),
-                          dspark=model, heldout=args.data)
+                          dspark=model, heldout=args.data,
+                          ce_weight=getattr(args, "ce_weight", None) or CE_WEIGHT)

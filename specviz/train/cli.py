@@ -80,6 +80,10 @@ def check_drafter_options(args) -> None:
         parser().error(f"--position-decay applies to {', '.join(BLOCKS)}, not {args.drafter}")
     if not 0 <= args.position_decay <= 64:
         parser().error("--position-decay must be in [0, 64] (0 = the default)")
+    if args.ce_weight and did != "dspark":
+        parser().error(f"--ce-weight applies to dspark, not {args.drafter}")
+    if not 0 <= args.ce_weight <= 1:
+        parser().error("--ce-weight must be in [0, 1] (0 = the published 0.1)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -134,6 +138,10 @@ def parser() -> argparse.ArgumentParser:
                         "position k (0 = the published default: 7 for B = 16, 4 for B = 8); a "
                         "smaller G puts the loss on the first drafts, which decide τ when few "
                         "are accepted")
+    p.add_argument("--ce-weight", type=float, default=0.0, metavar="W",
+                   help="dspark: loss W * CE + (1 - W) * L1 against the target's distribution, "
+                        "plus the confidence BCE (0 = the published 0.1); the L1 (TV) gradient "
+                        "vanishes on tokens the drafter gives little probability, CE's does not")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="bf16 autocast for the drafter's forward and loss: auto = on CUDA and on "
                         "a CPU with native bfloat16 (AMX, AVX512-BF16), 1.5-2x the steps per "
@@ -147,7 +155,7 @@ def drafter_flags(args) -> str:
     model card's Reproduce line); those left at their default are omitted."""
     given = [("--layers", args.layers), ("--draft-vocab", args.draft_vocab),
              ("--ttt-steps", args.ttt_steps), ("--greedy-mix", args.greedy_mix),
-             ("--position-decay", args.position_decay)]
+             ("--position-decay", args.position_decay), ("--ce-weight", args.ce_weight)]
     flags = "".join(f" {name} {value:g}" for name, value in given if value)
     return flags + (f" --precision {args.precision}" if args.precision != "auto" else "")
 
