@@ -140,8 +140,8 @@ def parser() -> argparse.ArgumentParser:
                         "are accepted")
     p.add_argument("--ce-weight", type=float, default=0.0, metavar="W",
                    help="dspark: loss W * CE + (1 - W) * L1 against the target's distribution, "
-                        "plus the confidence BCE (0 = the published 0.1); the L1 (TV) gradient "
-                        "vanishes on tokens the drafter gives little probability, CE's does not")
+                        "plus the confidence BCE (0 = the published 0.1); an experiment: 0.5 "
+                        "did no better than 0.1 here (the dspark card)")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="bf16 autocast for the drafter's forward and loss: auto = on CUDA and on "
                         "a CPU with native bfloat16 (AMX, AVX512-BF16), 1.5-2x the steps per "
