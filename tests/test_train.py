@@ -12,12 +12,14 @@ import torch
 from safetensors import safe_open
 
 from specviz.drafters import weights
+from specviz.drafters.eagle import Eagle1Head
 from specviz.drafters.eagle3 import Eagle3Head
 from specviz.train import data as D
 from specviz.train.heads import Eagle3Trainable
 from specviz.train.config import TrainConfig
 from specviz.train.loop import earlier_paragraphs, init_from, load_checkpoint, train
 from specviz.train.pool import extract_instruction, meta_prompts
+from specviz.train.unroll import shift, soft_ce, unroll_mask
 
 from drafter_fixtures import tiny_data  # noqa: F401 (fixture)
 
@@ -324,6 +326,41 @@ def test_ttt_steps_reach_the_eagle3_trainable(tiny_target):
     assert eagle3(tiny_target, args).steps == TTT_STEPS == 4
 
 
+def test_eagle1_unrolled_loss_feeds_the_head_its_own_features(tiny_target, tiny_data):
+    """`--ttt-steps N` unrolls EAGLE-1's loss (HASS): step 0 is the published one-step loss,
+    step j regresses f_{i+1+j} from the head's own step j-1 feature, and the total weighs
+    step j by 0.8^j; 0 keeps the published single step."""
+    from specviz.train.heads import Eagle1Trainable, eagle1
+    vocab = D.TrainData(tiny_data, taps=(1,)).vocab_by_mass(512, tiny_target.vocab)
+    args = type("Args", (), {"shipped_vocab": vocab, "ttt_steps": 3})()
+    assert eagle1(tiny_target, args).steps == 3
+    args.ttt_steps = 0
+    assert eagle1(tiny_target, args).steps == 1
+    torch.manual_seed(0)
+    head = Eagle1Head(tiny_target, vocab)
+    data = D.TrainData(tiny_data, taps=head.taps)
+    one, three = Eagle1Trainable(head, noise=0.0), Eagle1Trainable(head, noise=0.0, steps=3)
+    batch = {k: v.float() if v.is_floating_point() else v
+             for k, v in data.batch(np.random.default_rng(0), 2, 16).items()}
+    loss1, s1 = one.loss(batch, torch.Generator().manual_seed(0))
+    loss3, s3 = three.loss(batch, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(s3["reg0"], s1["reg"])
+    torch.testing.assert_close(s3["ce0"], s1["ce"])
+    torch.testing.assert_close(loss1, s1["reg"] + 0.1 * s1["ce"])
+    torch.testing.assert_close(loss3, sum(0.8 ** j * (s3[f"reg{j}"] + 0.1 * s3[f"ce{j}"])
+                                          for j in range(3)))
+    # step 1 reads the head's own step-0 feature, not the target's: re-run it by hand
+    f = batch[f"h{head.taps[0]}"]
+    out0, _, kv = head(f, head.embed(shift(batch["tokens"], 1)), torch.arange(16), None,
+                       unroll_mask(16, 0))
+    out1, lg1, _ = head(out0, head.embed(shift(batch["tokens"], 2)), torch.arange(16) + 1, kv,
+                        unroll_mask(16, 1))
+    _, w = soft_ce(lg1, batch, three.t2d, 2)
+    reg = torch.nn.functional.smooth_l1_loss(out1, shift(f, 2), reduction="none").mean(-1)
+    assert loss3.requires_grad and s3["reg1"] > 0
+    assert abs(float(((reg * w).sum() / w.sum()).detach()) - float(s3["reg1"])) < 1e-4
+
+
 def test_position_decay_reaches_the_block_trainables_loss_weights(tiny_target):
     """`--position-decay G` sets the block drafters' position weights exp(-(k-1)/G); 0 keeps the
     published 7 (B = 16) and 4 (B = 8); other drafters refuse it."""
@@ -459,6 +496,7 @@ def test_greedy_mix_moves_label_mass_onto_the_greedy_token():
                                   ["--drafter", "dspark", "--ce-weight", "1.5"],
                                   ["--drafter", "mtp", "--layers", "3"],
                                   ["--drafter", "dflash-b16", "--ttt-steps", "5"],
+                                  ["--drafter", "peagle", "--ttt-steps", "3"],
                                   ["--drafter", "eagle3", "--greedy-mix", "1.5"],
                                   ["--drafter", "eagle3", "--draft-vocab", "10"],
                                   ["--drafter", "nope"],

@@ -72,8 +72,8 @@ def check_drafter_options(args) -> None:
         parser().error("--greedy-mix must be in [0, 1)")
     if args.draft_vocab and args.draft_vocab < 256:
         parser().error("--draft-vocab must be at least 256")
-    if args.ttt_steps and did != "eagle3":
-        parser().error(f"--ttt-steps applies to eagle3, not {args.drafter}")
+    if args.ttt_steps and did not in ("eagle1", "eagle3"):
+        parser().error(f"--ttt-steps applies to eagle1 and eagle3, not {args.drafter}")
     if not 0 <= args.ttt_steps <= 12:
         parser().error("--ttt-steps must be in 0..12 (0 = the default)")
     if args.position_decay and did not in BLOCKS:
@@ -132,7 +132,9 @@ def parser() -> argparse.ArgumentParser:
                         "weights are fitted to it")
     p.add_argument("--ttt-steps", type=int, default=0, metavar="N",
                    help="eagle3: unrolled steps of the training-time test (0 = its default, 4; "
-                        "the engine drafts up to depth 7)")
+                        "the engine drafts up to depth 7); eagle1: unrolled steps of its "
+                        "feature loss, each fed the head's own features (HASS; 0 = the "
+                        "published 1)")
     p.add_argument("--position-decay", type=float, default=0.0, metavar="G",
                    help="block drafters (dflash-*, dspark): loss weight exp(-(k-1)/G) of draft "
                         "position k (0 = the published default: 7 for B = 16, 4 for B = 8); a "

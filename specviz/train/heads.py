@@ -21,23 +21,30 @@ from specviz.train.unroll import UnrolledTrainable, hits, shift, soft_ce, unroll
 
 
 class Eagle1Trainable:
+    """EAGLE-1's loss, optionally over `steps` unrolled steps (HASS's harmonized context
+    alignment): step j feeds the head's own step j-1 feature, as the tree's deeper levels do at
+    inference, and is weighted decay^j. One step is the published EAGLE-1 recipe."""
     eval_steps = 5
 
-    def __init__(self, head: Eagle1Head, noise: float = 0.2):
+    def __init__(self, head: Eagle1Head, noise: float = 0.2, steps: int = 1, decay: float = 0.8):
         self.module = head
         self.taps = head.taps
-        self.noise = noise
+        self.noise, self.steps, self.decay = noise, steps, decay
         self.t2d = vocab_lookup(head.vocab_ids, head.vocab)
 
     def loss(self, batch, generator):
         f = batch[f"h{self.taps[0]}"]
         noise = (torch.rand(f.shape, generator=generator, device=f.device) - 0.5) * self.noise
-        out, logits = unroll(self.module, batch, 1, g0=f + noise)[0]
-        reg = F.smooth_l1_loss(out, shift(f, 1), reduction="none").mean(-1)
-        ce, wc = soft_ce(logits, batch, self.t2d.to(f.device), 1)
-        reg = (reg * wc).sum() / wc.sum().clamp(min=1)
-        ce = (ce * wc).sum() / wc.sum().clamp(min=1)
-        return reg + 0.1 * ce, {"reg": reg, "ce": ce}
+        total, stats = 0.0, {}
+        for j, (out, logits) in enumerate(unroll(self.module, batch, self.steps, g0=f + noise)):
+            reg = F.smooth_l1_loss(out, shift(f, 1 + j), reduction="none").mean(-1)
+            ce, w = soft_ce(logits, batch, self.t2d.to(f.device), 1 + j)
+            reg = (reg * w).sum() / w.sum().clamp(min=1)
+            ce = (ce * w).sum() / w.sum().clamp(min=1)
+            total = total + self.decay ** j * (reg + 0.1 * ce)
+            tag = "" if self.steps == 1 else str(j)
+            stats |= {f"reg{tag}": reg.detach(), f"ce{tag}": ce.detach()}
+        return total, stats
 
     def evaluate(self, batch):
         steps = unroll(self.module, batch, self.eval_steps)
@@ -54,12 +61,16 @@ class Eagle1Trainable:
                 "1536), output = predicted next feature; logits from the target's frozen LM head "
                 f"restricted to a {len(self.module.vocab_ids)}-token draft vocabulary (most "
                 "target probability mass in the data). Loss SmoothL1(f̂, f) + 0.1 * soft CE "
-                "(top-64 target probabilities), uniform input noise ±0.1. Strategies: `eagle1` "
-                "(static 20-node tree), `eagle2` (EAGLE-2 dynamic tree, same weights).")
+                "(top-64 target probabilities), uniform input noise ±0.1" +
+                (f", summed 0.8^j over {self.steps} unrolled steps that feed the head its own "
+                 "features (HASS's harmonized context alignment)" if self.steps > 1 else "") +
+                ". Strategies: `eagle1` (static 20-node tree), `eagle2` (EAGLE-2 dynamic tree, "
+                "same weights).")
 
 
 def eagle1(target, args) -> Eagle1Trainable:
-    return Eagle1Trainable(Eagle1Head(target, drafter_vocab(args, target.vocab)))
+    return Eagle1Trainable(Eagle1Head(target, drafter_vocab(args, target.vocab)),
+                           steps=getattr(args, "ttt_steps", 0) or 1)
 
 
 TTT_STEPS = 4       # EAGLE-3's training-time test: unrolled steps (`--ttt-steps` overrides)
