@@ -158,6 +158,13 @@ def _prepacked(module: nn.Module) -> list[Prepacked]:
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_bf16_linear_is_close_and_returns_fp32(bias):
+    """Where oneDNN has a bfloat16 linear on this CPU, it is close to fp32 and returns fp32;
+    where it has none (no avx512bw/vl/dq or avx_ne_convert), bf16 is refused with a message."""
+    if not kernels.available("bf16"):
+        with pytest.raises(ValueError, match="use precision=fp32"):
+            kernels.resolve_precision("bf16", torch.device("cpu"))
+        assert kernels.resolve_precision("auto", torch.device("cpu")) == "fp32"
+        return
     torch.manual_seed(0)
     lin = nn.Linear(64, 96, bias=bias)
     with kernels.linear_precision("bf16"):
@@ -188,6 +195,11 @@ def test_resolve_precision(monkeypatch):
 def test_precision_setting_reaches_the_drafter_never_the_target(target, sid):
     from specviz import strategies
     for precision in ("bf16", "fp32"):
+        if precision == "bf16" and not kernels.available("bf16"):    # this CPU has no bf16 linear
+            with pytest.raises(ValueError, match="use precision=fp32"):
+                strategies.drafter_for(target, sid,
+                                       strategies.parse_settings(sid, {"precision": precision}))
+            continue
         drafter = strategies.drafter_for(target, sid,
                                          strategies.parse_settings(sid, {"precision": precision}))
         module = drafter.head if sid == "eagle3" else drafter.backbone
