@@ -191,6 +191,19 @@ def test_resolve_precision(monkeypatch):
         kernels.resolve_precision("bf16", cpu)
 
 
+def test_a_bf16_linear_without_the_kernel_is_refused_not_crashed(monkeypatch):
+    """Made inside linear_precision("bf16") directly (not through resolve_precision), a
+    PackedLinear still refuses with the message where oneDNN has no bfloat16 linear."""
+    monkeypatch.setattr(kernels, "available", lambda precision="fp32": precision == "fp32")
+    lin = nn.Linear(16, 8)
+    with kernels.linear_precision("bf16"):
+        packed = PackedLinear.wrap(lin)
+    with torch.inference_mode(), pytest.raises(ValueError, match="use precision=fp32"):
+        packed(torch.randn(2, 16))
+    x = torch.randn(2, 16, requires_grad=True)     # with autograd it is plain F.linear
+    torch.testing.assert_close(packed(x), lin(x))
+
+
 @pytest.mark.parametrize("sid", ["eagle3", "dflash"])
 def test_precision_setting_reaches_the_drafter_never_the_target(target, sid):
     from specviz import strategies

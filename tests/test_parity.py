@@ -150,7 +150,7 @@ def test_peagle(tiny_target, prompt):
     toks, rows = engine_rows(t, drafter, prompt)
     batch = batch_of(t, prompt + toks[:-1], trainable.taps)
     with torch.no_grad():
-        steps = trainable.unrolled(batch)
+        steps = trainable.unrolled(batch, trainable.steps)
     assert_same(torch.stack([lg[0, L - 1] for _, lg in steps]), head.vocab_ids, rows, "fp32")
 
 

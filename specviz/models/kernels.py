@@ -39,6 +39,8 @@ ROWS_HINT = 8  # the packing is tuned for this many rows (a typical verify width
 _LINEAR = getattr(torch.ops.mkldnn, "_linear_pointwise", None)  # looked up once: µs per call
 PRECISIONS = ("auto", "fp32", "bf16")
 _BF16 = contextvars.ContextVar("specviz_bf16_linears", default=False)
+NO_BF16 = ("precision=bf16 needs oneDNN's bfloat16 linear, which this CPU or torch build lacks; "
+           "use precision=fp32")
 
 
 @functools.cache
@@ -77,8 +79,7 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     if device.type != "cpu":
         return "fp32" if precision == "auto" else precision
     if precision == "bf16" and not available("bf16"):
-        raise ValueError("precision=bf16 needs oneDNN's bfloat16 linear, which this CPU or torch "
-                         "build lacks; use precision=fp32")
+        raise ValueError(NO_BF16)
     if precision == "auto":
         return "bf16" if native_bf16() and available("bf16") else "fp32"
     return precision
@@ -100,7 +101,8 @@ class Prepacked:
     the first time it runs on CPU in fp32 without autograd. The copy is rebuilt when the weight
     tensor changes (another tensor, or the same one written in place). With gradients, on
     another device or dtype, or without the op, it is plain F.linear. One made inside
-    `linear_precision("bf16")` packs a bfloat16 copy (and bias) and computes in bfloat16."""
+    `linear_precision("bf16")` packs a bfloat16 copy (and bias) and computes in bfloat16; where
+    oneDNN has no bfloat16 linear, packing it raises ValueError (NO_BF16)."""
 
     def __init__(self):
         self.bf16 = _BF16.get()
@@ -121,6 +123,8 @@ class Prepacked:
             return F.linear(x, weight, bias)
         state = (weight.data_ptr(), weight._version)
         if weight is not self._weight or state != self._state:
+            if self.bf16 and not available("bf16"):
+                raise ValueError(NO_BF16)
             dtype = torch.bfloat16 if self.bf16 else torch.float32
             with torch.no_grad():
                 self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype),

@@ -12,7 +12,7 @@ from specviz.drafters.draft import DraftModel
 from specviz.drafters.layers import vocab_lookup
 from specviz.train import init
 from specviz.train.data import drafter_vocab
-from specviz.train.unroll import hits, shift, soft_ce
+from specviz.train.unroll import hits, shift, soft_ce, weighted_mean
 
 
 class DraftTrainable:
@@ -26,8 +26,7 @@ class DraftTrainable:
 
     def loss(self, batch, generator):
         logits = self.module(batch["tokens"])
-        ce, w = soft_ce(logits, batch, self.t2d.to(logits.device), 0)
-        ce = (ce * w).sum() / w.sum().clamp(min=1)
+        ce = weighted_mean(*soft_ce(logits, batch, self.t2d.to(logits.device), 0))
         return ce, {"ce": ce}
 
     def evaluate(self, batch):

@@ -13,47 +13,35 @@ import torch.nn.functional as F
 
 from specviz.drafters.eagle import Eagle1Head
 from specviz.drafters.eagle3 import Eagle3Head
-from specviz.drafters.layers import vocab_lookup
 from specviz.drafters.peagle import LAYERS as PEAGLE_LAYERS, PEagleHead
 from specviz.train import init
 from specviz.train.data import drafter_vocab
-from specviz.train.unroll import UnrolledTrainable, hits, shift, soft_ce, unroll
+from specviz.train.unroll import UnrolledTrainable, shift, soft_ce, unroll, weighted_mean
 
 
-class Eagle1Trainable:
+class Eagle1Trainable(UnrolledTrainable):
     """EAGLE-1's loss, optionally over `steps` unrolled steps (HASS's harmonized context
     alignment): step j feeds the head's own step j-1 feature, as the tree's deeper levels do at
     inference, and is weighted decay^j. One step is the published EAGLE-1 recipe."""
     eval_steps = 5
 
     def __init__(self, head: Eagle1Head, noise: float = 0.2, steps: int = 1, decay: float = 0.8):
-        self.module = head
-        self.taps = head.taps
-        self.noise, self.steps, self.decay = noise, steps, decay
-        self.t2d = vocab_lookup(head.vocab_ids, head.vocab)
+        super().__init__(head, steps, decay)
+        self.noise = noise
 
-    def loss(self, batch, generator):
+    def unrolled(self, batch, steps, generator=None):
+        if generator is None:
+            return unroll(self.module, batch, steps)
         f = batch[f"h{self.taps[0]}"]
         noise = (torch.rand(f.shape, generator=generator, device=f.device) - 0.5) * self.noise
-        total, stats = 0.0, {}
-        for j, (out, logits) in enumerate(unroll(self.module, batch, self.steps, g0=f + noise)):
-            reg = F.smooth_l1_loss(out, shift(f, 1 + j), reduction="none").mean(-1)
-            ce, w = soft_ce(logits, batch, self.t2d.to(f.device), 1 + j)
-            reg = (reg * w).sum() / w.sum().clamp(min=1)
-            ce = (ce * w).sum() / w.sum().clamp(min=1)
-            total = total + self.decay ** j * (reg + 0.1 * ce)
-            tag = "" if self.steps == 1 else str(j)
-            stats |= {f"reg{tag}": reg.detach(), f"ce{tag}": ce.detach()}
-        return total, stats
+        return unroll(self.module, batch, steps, g0=f + noise)
 
-    def evaluate(self, batch):
-        steps = unroll(self.module, batch, self.eval_steps)
-        return hits([lg for _, lg in steps], batch, self.t2d.to(batch["tokens"].device))
-
-    def export(self):
-        tensors = {k: v for k, v in self.module.state_dict().items()}
-        tensors["vocab_ids"] = self.module.vocab_ids.to(torch.int32)
-        return tensors, {"draft_vocab": len(self.module.vocab_ids), "taps": list(self.taps)}
+    def step_loss(self, j, out, logits, batch, t2d):
+        ce, w = soft_ce(logits, batch, t2d, 1 + j)
+        target = shift(batch[f"h{self.taps[0]}"], 1 + j)
+        reg = F.smooth_l1_loss(out, target, reduction="none").mean(-1)
+        reg, ce = weighted_mean(reg, w), weighted_mean(ce, w)
+        return reg + 0.1 * ce, {"reg": reg, "ce": ce}
 
     def describe(self) -> str:
         return ("EAGLE-1 feature head: fc Linear(2d -> d, bias) on cat(emb(t_{i+1}), f_i) with "
@@ -62,7 +50,7 @@ class Eagle1Trainable:
                 f"restricted to a {len(self.module.vocab_ids)}-token draft vocabulary (most "
                 "target probability mass in the data). Loss SmoothL1(f̂, f) + 0.1 * soft CE "
                 "(top-64 target probabilities), uniform input noise ±0.1" +
-                (f", summed 0.8^j over {self.steps} unrolled steps that feed the head its own "
+                (f", summed {self.decay:g}^j over {self.steps} unrolled steps that feed the head its own "
                  "features (HASS's harmonized context alignment)" if self.steps > 1 else "") +
                 ". Strategies: `eagle1` (static 20-node tree), `eagle2` (EAGLE-2 dynamic tree, "
                 "same weights).")
@@ -86,7 +74,8 @@ class Eagle3Trainable(UnrolledTrainable):
                 "Llama decoder layer whose attention reads cat(RMSNorm(emb), RMSNorm(g)) (2d) "
                 "with residual g; RMSNorm + the target's LM-head rows of a "
                 f"{len(self.module.vocab_ids)}-token draft vocabulary (frozen, `vocab_ids` = d2t "
-                f"as ids). Training-time test: {self.steps} unrolled steps, loss sum 0.8^j soft "
+                f"as ids). Training-time test: {self.steps} unrolled steps, loss sum "
+                f"{self.decay:g}^j soft "
                 "CE" + (f" against labels mixed {self.greedy_mix:g} with the target's greedy "
                         "token" if self.greedy_mix else "") +
                 ". Strategy `eagle3`: EAGLE-2 dynamic tree (default) or chain (mode=chain).")
@@ -102,9 +91,9 @@ class PEagleTrainable(UnrolledTrainable):
     def __init__(self, head: PEagleHead, k: int = 4, decay: float = 0.8):
         super().__init__(head, k, decay)
 
-    def unrolled(self, batch):
-        return unroll(self.module, batch, self.steps,
-                         inputs=lambda j, prev: self.module.mask_inputs(prev.shape))
+    def unrolled(self, batch, steps, generator=None):
+        return unroll(self.module, batch, steps,
+                      inputs=lambda j, prev: self.module.mask_inputs(prev.shape))
 
     def export(self):
         return super().export(layers=self.module.n_layers, ffn=self.module.ffn, k=self.steps)
@@ -116,7 +105,7 @@ class PEagleTrainable(UnrolledTrainable):
                 f"{m.ffn}), learned shared hidden state and mask-token embedding for the parallel "
                 f"positions; RMSNorm + the target's frozen LM-head rows of a "
                 f"{len(m.vocab_ids)}-token draft vocabulary. One forward proposes K = {self.steps} "
-                "tokens; loss sum 0.8^k soft CE over the K positions.")
+                f"tokens; loss sum {self.decay:g}^k soft CE over the K positions.")
 
 
 def peagle(target, args) -> PEagleTrainable:

@@ -58,6 +58,11 @@ def response_weight(batch: dict, offset: int) -> torch.Tensor:
     return shift(batch["valid"] * batch["loss_mask"], offset + 1)
 
 
+def weighted_mean(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Mean of per-position values x [B, T] under weights w [B, T] (0 where nothing is weighed)."""
+    return (x * w).sum() / w.sum().clamp(min=1)
+
+
 def soft_ce(logits: torch.Tensor, batch: dict, t2d: torch.Tensor, offset: int,
             greedy_mix: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy of draft logits [B, T, Vd] at chain i against the target distribution at
@@ -82,31 +87,41 @@ def hits(logits_by_step: list[torch.Tensor], batch: dict, t2d: torch.Tensor) -> 
 
 
 class UnrolledTrainable:
-    """Training shared by EAGLE-3 and P-EAGLE: unroll `steps` drafter steps (training-time test;
-    P-EAGLE's steps are its parallel positions) with loss sum_j decay^j * soft CE against the
-    target's distribution j + 1 tokens ahead (mixed with its greedy token by `greedy_mix`).
-    Subclasses may change `unrolled` and `describe`."""
+    """Training shared by the EAGLE-family heads: unroll `steps` drafter steps (training-time
+    test; P-EAGLE's steps are its parallel positions) with loss sum_j decay^j * step j's loss,
+    by default the soft CE against the target's distribution j + 1 tokens ahead (mixed with its
+    greedy token by `greedy_mix`). Subclasses may change `unrolled`, `step_loss` and
+    `describe`; `evaluate` unrolls `eval_steps` steps (`steps` unless a subclass sets it)."""
 
     def __init__(self, head, steps: int, decay: float = 0.8, greedy_mix: float = 0.0):
         self.module, self.steps, self.decay, self.greedy_mix = head, steps, decay, greedy_mix
         self.taps = head.taps
         self.t2d = vocab_lookup(head.vocab_ids, head.vocab)
 
-    def unrolled(self, batch):
-        return unroll(self.module, batch, self.steps)
+    @property
+    def eval_steps(self) -> int:
+        return self.steps
+
+    def unrolled(self, batch, steps: int, generator=None):
+        """The unroll's (out, logits) per step; `generator` is given in training only."""
+        return unroll(self.module, batch, steps)
+
+    def step_loss(self, j: int, out, logits, batch, t2d) -> tuple[torch.Tensor, dict]:
+        """Step j's loss and its named parts (logged as `<name><j>`)."""
+        ce = weighted_mean(*soft_ce(logits, batch, t2d, 1 + j, self.greedy_mix))
+        return ce, {"ce": ce}
 
     def loss(self, batch, generator):
         t2d = self.t2d.to(batch["tokens"].device)
         total, stats = 0.0, {}
-        for j, (_, logits) in enumerate(self.unrolled(batch)):
-            ce, w = soft_ce(logits, batch, t2d, 1 + j, self.greedy_mix)
-            ce = (ce * w).sum() / w.sum().clamp(min=1)
-            total = total + self.decay ** j * ce
-            stats[f"ce{j}"] = ce.detach()
+        for j, (out, logits) in enumerate(self.unrolled(batch, self.steps, generator)):
+            step, parts = self.step_loss(j, out, logits, batch, t2d)
+            total = total + self.decay ** j * step
+            stats |= {f"{name}{j}": v.detach() for name, v in parts.items()}
         return total, stats
 
     def evaluate(self, batch):
-        return hits([lg for _, lg in self.unrolled(batch)], batch,
+        return hits([lg for _, lg in self.unrolled(batch, self.eval_steps)], batch,
                     self.t2d.to(batch["tokens"].device))
 
     def export(self, **config):
