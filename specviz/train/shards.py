@@ -30,7 +30,7 @@ from safetensors import safe_open
 
 from specviz.train import sources
 
-SHARD_DIR = Path("data/responses")
+SHARD_DIR = Path(__file__).resolve().parents[2] / "data" / "responses"   # the committed shards
 FORMAT = "specviz-responses-1"
 SELF_FILE = "self-instructions.jsonl"
 
