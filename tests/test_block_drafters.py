@@ -227,7 +227,7 @@ def test_dspark_loss_mixes_ce_and_l1_by_its_ce_weight(tiny_target):
     for w in (CE_WEIGHT, 0.7):
         tr = BlockTrainable(t, m.backbone, 8, off=0, gamma_w=7.0, dspark=m, ce_weight=w)
         loss, parts = tr.loss(batch, torch.Generator().manual_seed(1))
-        assert float(parts["l1"]) > 0 and float(parts["ce"]) > 0
+        assert parts["l1"].item() > 0 and parts["ce"].item() > 0
         torch.testing.assert_close(loss, w * parts["ce"] + (1 - w) * parts["l1"] + parts["bce"])
 
 

@@ -57,4 +57,5 @@ def l1_to_target(q: torch.Tensor, topk_ids: torch.Tensor, topk_p: torch.Tensor) 
 
 
 def weighted_mean(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Mean of per-position values x under weights w (0 where nothing is weighed)."""
     return (x * w).sum() / w.sum().clamp(min=1e-6)

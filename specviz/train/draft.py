@@ -12,7 +12,8 @@ from specviz.drafters.draft import DraftModel
 from specviz.drafters.layers import vocab_lookup
 from specviz.train import init
 from specviz.train.data import drafter_vocab
-from specviz.train.unroll import hits, shift, soft_ce, weighted_mean
+from specviz.train.distill import weighted_mean
+from specviz.train.unroll import hits, shift, soft_ce
 
 
 class DraftTrainable:

@@ -16,7 +16,8 @@ from specviz.drafters.eagle3 import Eagle3Head
 from specviz.drafters.peagle import LAYERS as PEAGLE_LAYERS, PEagleHead
 from specviz.train import init
 from specviz.train.data import drafter_vocab
-from specviz.train.unroll import UnrolledTrainable, shift, soft_ce, unroll, weighted_mean
+from specviz.train.distill import weighted_mean
+from specviz.train.unroll import UnrolledTrainable, shift, soft_ce, unroll
 
 
 class Eagle1Trainable(UnrolledTrainable):

@@ -58,11 +58,6 @@ def response_weight(batch: dict, offset: int) -> torch.Tensor:
     return shift(batch["valid"] * batch["loss_mask"], offset + 1)
 
 
-def weighted_mean(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Mean of per-position values x [B, T] under weights w [B, T] (0 where nothing is weighed)."""
-    return (x * w).sum() / w.sum().clamp(min=1)
-
-
 def soft_ce(logits: torch.Tensor, batch: dict, t2d: torch.Tensor, offset: int,
             greedy_mix: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy of draft logits [B, T, Vd] at chain i against the target distribution at
@@ -108,7 +103,7 @@ class UnrolledTrainable:
 
     def step_loss(self, j: int, out, logits, batch, t2d) -> tuple[torch.Tensor, dict]:
         """Step j's loss and its named parts (logged as `<name><j>`)."""
-        ce = weighted_mean(*soft_ce(logits, batch, t2d, 1 + j, self.greedy_mix))
+        ce = distill.weighted_mean(*soft_ce(logits, batch, t2d, 1 + j, self.greedy_mix))
         return ce, {"ce": ce}
 
     def loss(self, batch, generator):
