@@ -51,8 +51,9 @@ class Eagle1Trainable(UnrolledTrainable):
                 f"restricted to a {len(self.module.vocab_ids)}-token draft vocabulary (most "
                 "target probability mass in the data). Loss SmoothL1(f̂, f) + 0.1 * soft CE "
                 "(top-64 target probabilities), uniform input noise ±0.1" +
-                (f", summed {self.decay:g}^j over {self.steps} unrolled steps that feed the head its own "
-                 "features (HASS's harmonized context alignment)" if self.steps > 1 else "") +
+                (f", summed {self.decay:g}^j over {self.steps} unrolled steps that feed the head "
+                 "its own features (HASS's harmonized context alignment)" if self.steps > 1
+                 else "") +
                 ". Strategies: `eagle1` (static 20-node tree), `eagle2` (EAGLE-2 dynamic tree, "
                 "same weights).")
 
