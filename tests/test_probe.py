@@ -170,6 +170,25 @@ def test_engine_runs_are_kept_and_reused_until_what_they_depend_on_changes(tiny_
     assert made[5:] == [(v, a, 8)]                           # no cache: always run
 
 
+def test_engine_runs_made_in_parallel_processes_are_all_kept(tiny_target, tmp_path, monkeypatch):
+    """Two probes of one variant in parallel processes: the one finishing last keeps the runs
+    that the other wrote while it ran (the cache file is read again, under a lock, to append)."""
+    a, b = weight_sets(tiny_target, tmp_path, 3)
+    folder = probe.features(tiny_target, write_prompts(tmp_path / "p.jsonl"), tmp_path / "f", 8,
+                            log=lambda s: None)
+    refs, cache, v = probe.answers(folder), tmp_path / "cache", "eagle3:auto_budget=false"
+    real = probe_engine.engine_runs
+
+    def with_a_rival(t, variant, r, assets, n):   # b's process finishes while a's runs
+        if assets == a:
+            probe_engine.cached_engine_runs(t, variant, r, b, n, cache, lambda s: None)
+        return real(t, variant, r, assets, n)
+    monkeypatch.setattr(probe_engine, "engine_runs", with_a_rival)
+    probe_engine.cached_engine_runs(tiny_target, v, refs, a, 8, cache, lambda s: None)
+    [kept] = cache.glob("*.json")
+    assert [r["assets"] for r in json.loads(kept.read_text())["runs"]] == [str(b), str(a)]
+
+
 def test_probe_cli_refuses_a_bad_engine_variant(capsys):
     for variant, msg in (("nope", "unknown strategy"), ("eagle3:depth=-1", "--engine")):
         with pytest.raises(SystemExit):

@@ -12,6 +12,7 @@ Boundary: making, keying and keeping engine runs; no statistics (probe.py), no w
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 from pathlib import Path
@@ -83,8 +84,7 @@ def cached_engine_runs(target, variant: str, refs: list[tuple[list[int], list[in
     files equal to those of `assets`, else made and kept there (no cache: always made)."""
     path = Path(cache) / f"{engine_key(target, variant, refs, max_new_tokens)}.json" \
         if cache is not None else None
-    kept = json.loads(path.read_text(encoding="utf-8")) if path and path.exists() else \
-        {"variant": variant, "runs": []}
+    kept = read_kept(path, variant)
     now = digests(assets, {n for entry in kept["runs"] for n in entry["weights"]})
     for entry in kept["runs"]:
         if {n: now[n] for n in entry["weights"]} == entry["weights"]:
@@ -97,11 +97,27 @@ def cached_engine_runs(target, variant: str, refs: list[tuple[list[int], list[in
     with weights.recording() as read:
         runs = engine_runs(target, variant, refs, assets, max_new_tokens)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        kept["runs"].append({"weights": digests(assets, sorted({p.name for p in read})),
+        keep(path, variant, {"weights": digests(assets, sorted({p.name for p in read})),
                              "assets": str(assets), "tokens": runs[0].tolist(),
                              "forwards": runs[1].tolist(), "matches": runs[2].tolist()})
+    return runs
+
+
+def read_kept(path: Path | None, variant: str) -> dict:
+    """The cache file `path` ({variant, runs}); empty when there is none."""
+    return json.loads(path.read_text(encoding="utf-8")) if path and path.exists() else \
+        {"variant": variant, "runs": []}
+
+
+def keep(path: Path, variant: str, entry: dict) -> None:
+    """Append `entry` to the cache file `path`, read again under an exclusive lock: probes of
+    other weight sets run in parallel processes, and each keeps the runs the others wrote while
+    it ran."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        kept = read_kept(path, variant)
+        kept["runs"].append(entry)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(kept), encoding="utf-8")
         tmp.replace(path)
-    return runs
