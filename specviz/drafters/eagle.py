@@ -88,7 +88,7 @@ class Eagle1Settings:
 @dataclass(frozen=True)
 class Eagle2Settings:
     top_k: int = 6
-    depth: int = 6
+    depth: int = 10             # the most levels; chosen on the probe prompts (assets/eagle1.md)
     total_tokens: int = 24
     auto_budget: bool = True    # greedy: verify only the best nodes that pay for their time
     path: str = ""            # a published drafter folder or hub id (drafters/published)

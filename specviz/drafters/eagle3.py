@@ -68,7 +68,7 @@ def load_head(target) -> Eagle3Head:
 class Eagle3Settings:
     mode: str = "tree"          # "tree" (EAGLE-2 dynamic tree) or "chain"
     top_k: int = 6
-    depth: int = 7
+    depth: int = 10             # the most levels; chosen on the probe prompts (assets/eagle3.md)
     total_tokens: int = 24
     gamma: int = 5              # chain length
     auto_budget: bool = True    # greedy tree mode: verify only nodes that pay for their time
