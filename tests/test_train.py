@@ -126,8 +126,8 @@ def test_training_precision():
 
 def test_the_frozen_lm_head_follows_the_runs_precision():
     """distill.head_logits computes in fp32 unless the run's bf16 autocast is on: a bf16 cast of
-    its own made the MTP and block trainers' steps about 20x slower on CPUs without native
-    bfloat16, where the run itself trains in fp32."""
+    its own made the MTP and block trainers' steps 8-15x slower on CPUs without native bfloat16,
+    where the run itself trains in fp32."""
     from specviz.train.distill import head_logits
     g = torch.Generator().manual_seed(0)
     hn, w = torch.randn(5, 64, generator=g), torch.randn(300, 64, generator=g)
