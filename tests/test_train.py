@@ -464,6 +464,35 @@ def test_a_deeper_peagle_grows_from_shallower_weights(tiny_target, tiny_data):
                                    two(g, emb, torch.arange(4), mask=mask)[1])
 
 
+def test_a_deeper_draft_model_grows_from_shallower_weights(tiny_target, tiny_data):
+    """`train --drafter draft --layers 4 --init shipped` on 2-layer weights: the appended HF Llama
+    layers start as the identity, so the grown draft model drafts what the shipped one did; a
+    fresh deeper one starts from evenly spaced target layers."""
+    from argparse import Namespace
+
+    from specviz.drafters.draft import DraftModel
+    from specviz.train import init
+    from specviz.train.draft import draft
+
+    vocab = torch.arange(100, 300)
+    two = init.draft_model(DraftModel(tiny_target, vocab), tiny_target)
+    with torch.no_grad():
+        for p in two.lm.model.layers.parameters():
+            p.add_(0.01 * torch.randn_like(p))      # trained: no longer the target's layers
+    tensors = {k: v for k, v in two.lm.state_dict().items() if "embed_tokens" not in k
+               and "lm_head" not in k}
+    four = draft(tiny_target, Namespace(layers=4, shipped_vocab=vocab, data=str(tiny_data)))
+    assert len(four.module.lm.model.layers) == 4
+    last = tiny_target.n_layers - 1
+    assert four.module.source_layers == init.layers_from(tiny_target.n_layers, 4)
+    assert four.module.source_layers[0] == 0 and four.module.source_layers[-1] == last
+    assert init.layers_from(tiny_target.n_layers, 2) == [0, last]
+    init_from(four.export_root, tensors)
+    tokens = torch.randint(100, 300, (1, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(four.module.eval()(tokens), two.eval()(tokens))
+
+
 def test_fine_tuning_the_draft_model_loads_its_lm(tiny_target, tiny_data):
     """The draft LM ships its inner LlamaForCausalLM's keys (`export_root`); they load back."""
     from specviz.drafters.draft import DraftModel

@@ -40,7 +40,7 @@ TRAINERS = {
 }
 ALIASES = {"eagle2": "eagle1"}   # same weights
 BLOCKS = ("dflash-b8", "dflash-b16", "dspark")   # block drafters: they read --position-decay
-DEEPENABLE = ("peagle", *BLOCKS)                 # the ones that read --layers
+DEEPENABLE = ("draft", "peagle", *BLOCKS)        # the ones that read --layers
 
 
 def machine_args(p: argparse.ArgumentParser) -> None:

@@ -44,8 +44,10 @@ class DraftTrainable:
 
     def describe(self) -> str:
         n = len(self.module.lm.model.layers)
-        return (f"Draft LM: LlamaForCausalLM with the target's shapes and {n} layers (initialised "
-                f"from target layers {self.module.source_layers}), the target's frozen embedding and tied LM head (not shipped). Distilled with "
+        return (f"Draft LM: LlamaForCausalLM with the target's shapes and {n} layers (a fresh run "
+                f"starts them as copies of target layers {self.module.source_layers}; layers that "
+                "`--layers` adds to shipped weights start as the identity), the target's frozen "
+                "embedding and tied LM head (not shipped). Distilled with "
                 "soft CE against the target's top-64 distribution on a "
                 f"{len(self.module.vocab_ids)}-token draft vocabulary, which our drafter also "
                 "uses for speed; `load_draft_lm` gives the full-vocabulary model for HF "
@@ -53,5 +55,5 @@ class DraftTrainable:
 
 
 def draft(target, args) -> DraftTrainable:
-    model = DraftModel(target, drafter_vocab(args, target.vocab))
+    model = DraftModel(target, drafter_vocab(args, target.vocab), init.depth(args, 2))
     return DraftTrainable(init.draft_model(model, target))

@@ -29,11 +29,13 @@ def copy_target_layer(layer: DecoderLayer, src: nn.Module) -> None:
 
 
 @torch.no_grad()
-def as_identity(layer: DecoderLayer) -> None:
-    """Zero a decoder layer's residual-writing projections (attention o, MLP down): it then adds
-    nothing to its input, while its other weights keep their start."""
-    layer.o.weight.zero_()
-    layer.down.weight.zero_()
+def as_identity(layer: nn.Module) -> None:
+    """Zero a decoder layer's residual-writing projections (attention o, MLP down; ours or an HF
+    Llama layer's, the draft model's): it then adds nothing to its input, while its other weights
+    keep their start."""
+    ours = isinstance(layer, DecoderLayer)
+    for name in ("o", "down"):
+        layer.get_submodule(name if ours else TARGET_NAMES[name]).weight.zero_()
 
 
 @torch.no_grad()
@@ -69,15 +71,16 @@ def depth(args, default: int) -> int:
     return layers
 
 
-def layers_from(n_layers: int) -> list[int]:
-    """The target layers a 2-layer draft model starts from: the first and the last."""
-    return [0, n_layers - 1]
+def layers_from(n_layers: int, k: int) -> list[int]:
+    """The target layers a k-layer draft model starts from: evenly spaced from the first to the
+    last (for 2 layers, those two)."""
+    return [round(i * (n_layers - 1) / max(k - 1, 1)) for i in range(k)]
 
 
 def draft_model(model: DraftModel, target) -> DraftModel:
     """Copy target layers `layers_from` (recorded as model.source_layers) and the final norm."""
     src = target.model.model
-    model.source_layers = layers_from(src.config.num_hidden_layers)
+    model.source_layers = layers_from(src.config.num_hidden_layers, len(model.lm.model.layers))
     with torch.no_grad():
         for mine, i in zip(model.lm.model.layers, model.source_layers):
             mine.load_state_dict(src.layers[i].state_dict())

@@ -37,7 +37,6 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from specviz.drafters import weights
-from specviz.drafters.layers import DecoderLayer
 from specviz.models.kernels import check_precision, resolve_precision
 from specviz.train import init
 from specviz.train.config import TrainConfig
@@ -141,9 +140,8 @@ def init_from(module: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None
                          f"vocabulary: {clash[:4]})")
     missing, unexpected = module.load_state_dict(tensors, strict=False)
     grown = tuple(grown_layers(module, tensors))
-    for name, layer in module.named_modules():
-        if isinstance(layer, DecoderLayer) and f"{name}.".startswith(grown):
-            init.as_identity(layer)
+    for prefix in grown:
+        init.as_identity(module.get_submodule(prefix.rstrip(".")))
     trained = {k for k, p in module.named_parameters()
                if p.requires_grad and not k.startswith(grown)}
     if unexpected or trained & set(missing):
