@@ -106,7 +106,7 @@ def test_probe_engine_runs_each_weight_set_and_pairs_by_prompt(tiny_target, tmp_
     texts = [json.loads(x)["prompt"] for x in prompts.read_text().splitlines()]
     refs = probe.answers(probe.features(tiny_target, prompts, tmp_path / "f", 8, log=lambda s: None))
     cats = ["chat", "code", "chat"]
-    ra, rb, ra2 = probe.engine_score(tiny_target, "eagle3:auto_budget=false", [a, b, a], refs,
+    ra, rb, ra2 = probe.engine_score(tiny_target, ["eagle3:auto_budget=false"], [a, b, a], refs,
                                      cats, 8, log=lambda s: None)
     assert read == [a, b, a]
     assert weights.folder() == weights.ASSETS and not tiny_target.drafters
@@ -131,6 +131,28 @@ def test_probe_engine_runs_each_weight_set_and_pairs_by_prompt(tiny_target, tmp_
     assert matches.tolist() == [False, True, True]
 
 
+def test_probe_engine_pairs_variants_of_one_weight_set(tiny_target, tmp_path, monkeypatch):
+    """Several `--engine` variants: each runs with each weight set (variants outer), and every
+    run is paired with the first variant's first weight set, so a sweep of one drafter's
+    settings is one command; the same variant twice differs by exactly 0."""
+    a, b = weight_sets(tiny_target, tmp_path, 5)
+    refs = probe.answers(probe.features(tiny_target, write_prompts(tmp_path / "p.jsonl"),
+                                        tmp_path / "f", 8, log=lambda s: None))
+    tree, chain = "eagle3:auto_budget=false", "eagle3:mode=chain:gamma=2"
+    made, real = [], probe_engine.engine_runs
+    monkeypatch.setattr(probe_engine, "engine_runs", lambda t, v, r, assets, n: made.append(
+        (v, assets)) or real(t, v, r, assets, n))
+    runs = probe.engine_score(tiny_target, [tree, chain, tree], [a, b], refs,
+                              ["chat", "code", "chat"], 8, log=lambda s: None)
+    order = [(v, w) for v in (tree, chain, tree) for w in (a, b)]
+    assert made == order and [(r["variant"], r["assets"]) for r in runs] == [
+        (v, str(w)) for v, w in order]
+    first = runs[0]
+    assert "vs_first" not in first and runs[4]["vs_first"] == {"delta": 0.0, "ci95": (0.0, 0.0)}
+    assert runs[2]["vs_first"]["delta"] == pytest.approx(runs[2]["tau"] - first["tau"], abs=1e-3)
+    assert all(r["greedy_match_rate"] == 1.0 for r in runs)
+
+
 def test_engine_runs_are_kept_and_reused_until_what_they_depend_on_changes(tiny_target, tmp_path,
                                                                             monkeypatch):
     """A weight set's engine runs are made once per cache: the same call reads them back (also
@@ -145,28 +167,28 @@ def test_engine_runs_are_kept_and_reused_until_what_they_depend_on_changes(tiny_
     monkeypatch.setattr(probe_engine, "engine_runs", lambda t, v, r, assets, n: made.append(
         (v, assets, n)) or real(t, v, r, assets, n))
     cache, cats, v = tmp_path / "cache", ["chat", "code", "chat"], "eagle3:auto_budget=false"
-    first = probe.engine_score(tiny_target, v, [a, b], refs, cats, 8, lambda s: None, cache)
+    first = probe.engine_score(tiny_target, [v], [a, b], refs, cats, 8, lambda s: None, cache)
     [kept] = cache.glob("*.json")                              # one key, two weight sets
     assert made == [(v, a, 8), (v, b, 8)] and len(json.loads(kept.read_text())["runs"]) == 2
-    again = probe.engine_score(tiny_target, v, [a, b], refs, cats, 8, lambda s: None, cache)
+    again = probe.engine_score(tiny_target, [v], [a, b], refs, cats, 8, lambda s: None, cache)
     assert again == first and len(made) == 2                 # read back, not run
     (a / "draft.safetensors").write_bytes(b"another drafter's weights")
-    assert probe.engine_score(tiny_target, v, [a], refs, cats, 8, lambda s: None,
+    assert probe.engine_score(tiny_target, [v], [a], refs, cats, 8, lambda s: None,
                               cache) == first[:1] and len(made) == 2   # not what eagle3 reads
-    probe.engine_score(tiny_target, "eagle3:mode=chain", [a], refs, cats, 8, lambda s: None, cache)
-    probe.engine_score(tiny_target, v, [a], refs, cats, 6, lambda s: None, cache)
+    probe.engine_score(tiny_target, ["eagle3:mode=chain"], [a], refs, cats, 8, lambda s: None, cache)
+    probe.engine_score(tiny_target, [v], [a], refs, cats, 6, lambda s: None, cache)
     assert made[2:] == [("eagle3:mode=chain", a, 8), (v, a, 6)]
     (b / "eagle3.safetensors").write_bytes((a / "eagle3.safetensors").read_bytes())
-    [rb] = probe.engine_score(tiny_target, v, [b], refs, cats, 8, lambda s: None, cache)
+    [rb] = probe.engine_score(tiny_target, [v], [b], refs, cats, 8, lambda s: None, cache)
     assert len(made) == 4 and rb["tau"] == first[0]["tau"]   # a's weights, wherever they lie
     _, other = weight_sets(tiny_target, tmp_path / "other", 4)
     (b / "eagle3.safetensors").write_bytes((other / "eagle3.safetensors").read_bytes())
-    probe.engine_score(tiny_target, v, [b], refs, cats, 8, lambda s: None, cache)
+    probe.engine_score(tiny_target, [v], [b], refs, cats, 8, lambda s: None, cache)
     assert made[4:] == [(v, b, 8)]                           # new weights: run anew
     # the key covers the engine's source and the module making the runs, not the statistics
     names = {p.name for p in probe_engine.engine_sources()}
     assert {"probe_engine.py", "verify.py", "runner.py"} <= names and "probe.py" not in names
-    probe.engine_score(tiny_target, v, [a], refs, cats, 8, lambda s: None)
+    probe.engine_score(tiny_target, [v], [a], refs, cats, 8, lambda s: None)
     assert made[5:] == [(v, a, 8)]                           # no cache: always run
 
 
@@ -194,6 +216,10 @@ def test_probe_cli_refuses_a_bad_engine_variant(capsys):
         with pytest.raises(SystemExit):
             main(["probe", "--drafter", "eagle3", "--engine", variant])
         assert msg in capsys.readouterr().err
+    with pytest.raises(SystemExit):          # a card's table pairs weight sets of one variant
+        main(["probe", "--drafter", "eagle3", "--card", "x", "--engine", "eagle3",
+              "--engine", "eagle3:mode=chain"])
+    assert "--card takes one --engine variant" in capsys.readouterr().err
 
 
 def test_a_dspark_probe_needs_no_training_feature_folder(tiny_target, tmp_path, monkeypatch):

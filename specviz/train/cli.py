@@ -274,12 +274,13 @@ def probe_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=str(probe.PROBE_DIR), help="the answers' feature folder")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--precision", choices=PRECISIONS, default="auto")
-    p.add_argument("--engine", default="", metavar="VARIANT",
+    p.add_argument("--engine", action="append", default=[], metavar="VARIANT",
                    help="also run the engine (greedy) on the probe prompts with each weight set "
                         "and pair its τ by prompt: a bench variant such as "
-                        "eagle3:auto_budget=false (timing-free without auto_budget); a weight "
-                        "set's runs are kept in the --data folder and reused while nothing they "
-                        "depend on changes")
+                        "eagle3:auto_budget=false (timing-free without auto_budget); repeat to "
+                        "compare variants too (each with each weight set, every run paired with "
+                        "the first variant's first weight set); a weight set's runs are kept in "
+                        "the --data folder and reused while nothing they depend on changes")
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
     p.add_argument("--card", default="", metavar="LABEL",
                    help="also write the reports into the model card of the last --assets folder "
@@ -316,10 +317,12 @@ def main_probe(argv: list[str]) -> int:
         p.error(f"unknown drafter {args.drafter!r}; choose from {', '.join([*TRAINERS, *ALIASES])}")
     if not 1 <= args.max_new_tokens <= 1024:
         p.error("--max-new-tokens must be in 1..1024")
-    if args.engine:
-        from specviz.strategies import parse_variant
+    if args.card and len(args.engine) > 1:
+        p.error("--card takes one --engine variant (its table pairs weight sets)")
+    from specviz.strategies import parse_variant
+    for variant in args.engine:
         try:
-            parse_variant(args.engine)
+            parse_variant(variant)
         except ValueError as exc:      # an unknown strategy or setting
             p.error(f"--engine: {exc}")
     try:
@@ -360,11 +363,12 @@ def main_probe(argv: list[str]) -> int:
     for r in reports:
         print_report(r, f"n {r['n']}, acceptance by position {r['acc_per_position']}")
     if engine:
-        print(f"{args.engine} in the engine, greedy, {args.max_new_tokens} new tokens at most "
+        print(f"the engine, greedy, {args.max_new_tokens} new tokens at most "
               "(τ = new tokens / target forwards)")
     for r in engine:
-        print_report(r, f"{r['tokens']} tokens in {r['target_forwards']} target forwards, "
-                        f"greedy match {r['greedy_match_rate']:.2f} (against the target's answers)")
+        print_report(r, f"{r['variant']}, {r['tokens']} tokens in {r['target_forwards']} target "
+                        f"forwards, greedy match {r['greedy_match_rate']:.2f} (against the "
+                        "target's answers)")
     return 0
 
 

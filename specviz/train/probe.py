@@ -178,15 +178,16 @@ def answers(folder: Path) -> list[tuple[list[int], list[int]]]:
     return out
 
 
-def engine_score(target, variant: str, assets_dirs: list[Path],
+def engine_score(target, variants: list[str], assets_dirs: list[Path],
                  refs: list[tuple[list[int], list[int]]], categories: list[str],
                  max_new_tokens: int, log=print, cache: Path | None = None) -> list[dict]:
-    """One report per assets folder: the engine τ of `variant` over the prompts of `refs` (see
-    `engine_runs`, kept in `cache` when given) with its interval, the greedy match rate against
-    the target's answers, τ by category, and (after the first) the paired difference to the
-    first."""
+    """One report per variant and assets folder (variants outer): the engine τ of the variant
+    over the prompts of `refs` (see `engine_runs`, kept in `cache` when given) with its interval,
+    the greedy match rate against the target's answers, τ by category, and (after the first)
+    the paired difference to the first report: another weight set, or another variant of the
+    same weights (a tree shape, a budget)."""
     reports, per_prompt = [], []
-    for assets in assets_dirs:
+    for variant, assets in ((v, a) for v in variants for a in assets_dirs):
         *runs, matches = probe_engine.cached_engine_runs(target, variant, refs, assets,
                                                          max_new_tokens, cache, log)
         reports.append({"assets": str(assets), "variant": variant,
