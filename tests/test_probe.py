@@ -278,3 +278,47 @@ def test_probe_card_writes_one_section_into_the_candidates_card(tiny_target, tmp
     assert not (a / "eagle3.md").exists()                    # only the candidate's card
     assert main([*argv, "--card", "round 2"]) == 0           # rerun: replaced, not repeated
     assert card.read_text().count(head) == 1
+
+
+def test_a_soup_averages_fine_tunes_of_the_same_weights(tiny_target, tmp_path):
+    """`train soup`: the average of two weight sets is their mean tensor by tensor (bf16 as
+    shipped), loads back with their configuration, and its card names each ingredient by its hash; weights of
+    another draft vocabulary or another target are refused with a reason, and nothing is
+    written."""
+    from specviz.train import soup
+    a, b = weight_sets(tiny_target, tmp_path, 6)
+    out = tmp_path / "soup"
+    assert main(["soup", "--drafter", "eagle3", "--assets", str(a), "--assets", str(b),
+                 "--out", str(out), "--note", "A test soup."]) == 0
+    got, cfg = weights.load("eagle3", tiny_target.fingerprint, out)
+    ta, ca = weights.load("eagle3", tiny_target.fingerprint, a)
+    tb, _ = weights.load("eagle3", tiny_target.fingerprint, b)
+    assert cfg == ca and set(got) == set(ta)
+    for k, v in got.items():
+        if v.is_floating_point():
+            torch.testing.assert_close(v, ((ta[k] + tb[k]) / 2).bfloat16().float())
+        else:
+            assert torch.equal(v, ta[k])
+    assert not torch.equal(got["fc.weight"], ta["fc.weight"])
+    card = (out / "eagle3.md").read_text()
+    assert "## Weight average of 2 weight sets" in card and "A test soup." in card
+    assert soup.digest("eagle3", a) in card and soup.digest("eagle3", b) in card
+    # the soup of a folder with itself is that folder's weights
+    same, _, _ = soup.average("eagle3", [a, a])
+    assert all(torch.equal(same[k], ta[k]) for k in ta)
+
+    other = tmp_path / "other"
+    tensors, config = weights.load("eagle3", tiny_target.fingerprint, a)
+    tensors["vocab_ids"] = tensors["vocab_ids"].flip(0)
+    weights.save("eagle3", tensors, config, tiny_target.fingerprint, assets=other)
+    with pytest.raises(soup.SoupError, match="another draft vocabulary"):
+        soup.average("eagle3", [a, other])
+    weights.save("eagle3", ta, ca, "0123456789abcdef", assets=other)
+    with pytest.raises(soup.SoupError, match="another target"):
+        soup.average("eagle3", [a, other])
+    with pytest.raises(soup.SoupError, match="at least two"):
+        soup.average("eagle3", [a])
+    with pytest.raises(SystemExit):
+        main(["soup", "--drafter", "eagle3", "--assets", str(a), "--assets",
+              str(tmp_path / "nowhere"), "--out", str(tmp_path / "never")])
+    assert not (tmp_path / "never").exists()

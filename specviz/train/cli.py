@@ -13,6 +13,7 @@ artifacts/train/<id>/ and the final weights + model card to assets/.
   python -m specviz train calibrate --report-on PROMPTS.jsonl   (score only, per position)
   python -m specviz train probe --drafter eagle3 [--assets DIR ...] [--json] [--card LABEL]
   python -m specviz train tree [--nodes 20] [--per-source 4] [--max-new-tokens 64] [--json]
+  python -m specviz train soup --drafter eagle3 --assets A --assets B [...] --out DIR
 """
 from __future__ import annotations
 
@@ -412,8 +413,37 @@ def main_tree(argv: list[str]) -> int:
     return 0
 
 
+def main_soup(argv: list[str]) -> int:
+    from specviz.drafters.base import DrafterUnavailable
+    from specviz.train import soup
+    p = argparse.ArgumentParser(
+        prog="python -m specviz train soup",
+        description="Average one drafter's weights over several assets folders (fine-tunes of "
+                    "the same weights: a model soup) into --out, with a card section naming "
+                    "the ingredients. Judge the result with `train probe`, as any fine-tune.")
+    p.add_argument("--drafter", required=True, help=f"drafter id: {', '.join([*TRAINERS, *ALIASES])}")
+    p.add_argument("--assets", action="append", default=[], metavar="DIR", required=True,
+                   help="an assets folder holding an ingredient (repeat: two or more)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="the assets folder to write the average and its card into (assets/ "
+                        "ships it)")
+    p.add_argument("--note", default="", help="a paragraph for the card section")
+    args = p.parse_args(argv)
+    did = ALIASES.get(args.drafter, args.drafter)
+    if did not in TRAINERS:
+        p.error(f"unknown drafter {args.drafter!r}; choose from {', '.join([*TRAINERS, *ALIASES])}")
+    command = shlex.join(["python", "-m", "specviz", "train", "soup", *argv])
+    try:
+        paths = soup.make(did, [Path(a) for a in args.assets], Path(args.out), command, args.note)
+    except (soup.SoupError, DrafterUnavailable) as exc:
+        p.error(str(exc))
+    print(f"wrote {', '.join(str(x) for x in paths)} and {Path(args.out) / (did + '.md')} "
+          f"(the average of {len(args.assets)} weight sets)")
+    return 0
+
+
 SUBCOMMANDS = {"data": main_data, "calibrate": main_calibrate, "probe": main_probe,
-               "tree": main_tree}
+               "tree": main_tree, "soup": main_soup}
 
 
 def main(argv: list[str] | None = None) -> int:
