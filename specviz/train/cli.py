@@ -59,12 +59,17 @@ def embedded_target(args):
     return Target.load("embedded", device=args.device, threads=args.threads, dtype=torch.float32)
 
 
+def drafter_id(p: argparse.ArgumentParser, name: str) -> str:
+    """The trainer id a --drafter name stands for (eagle2: eagle1's weights); else p's error."""
+    did = ALIASES.get(name, name)
+    if did not in TRAINERS:
+        p.error(f"unknown drafter {name!r}; choose from {', '.join([*TRAINERS, *ALIASES])}")
+    return did
+
+
 def check_drafter_options(args) -> None:
     """The drafter options' errors that need no target, before the target is loaded."""
-    did = ALIASES.get(args.drafter, args.drafter)
-    if did not in TRAINERS:
-        parser().error(f"unknown drafter {args.drafter!r}; choose from "
-                       f"{', '.join([*TRAINERS, *ALIASES])}")
+    did = drafter_id(parser(), args.drafter)
     if args.layers and did not in DEEPENABLE:
         parser().error(f"--layers applies to {', '.join(DEEPENABLE)}, not {args.drafter}")
     if args.greedy_mix and did != "eagle3":
@@ -313,9 +318,7 @@ def main_probe(argv: list[str]) -> int:
     from specviz.train import probe
     p = probe_parser()
     args = p.parse_args(argv)
-    did = ALIASES.get(args.drafter, args.drafter)
-    if did not in TRAINERS:
-        p.error(f"unknown drafter {args.drafter!r}; choose from {', '.join([*TRAINERS, *ALIASES])}")
+    did = drafter_id(p, args.drafter)
     if not 1 <= args.max_new_tokens <= 1024:
         p.error("--max-new-tokens must be in 1..1024")
     if args.card and len(args.engine) > 1:
@@ -414,7 +417,6 @@ def main_tree(argv: list[str]) -> int:
 
 
 def main_soup(argv: list[str]) -> int:
-    from specviz.drafters.base import DrafterUnavailable
     from specviz.train import soup
     p = argparse.ArgumentParser(
         prog="python -m specviz train soup",
@@ -429,13 +431,11 @@ def main_soup(argv: list[str]) -> int:
                         "ships it)")
     p.add_argument("--note", default="", help="a paragraph for the card section")
     args = p.parse_args(argv)
-    did = ALIASES.get(args.drafter, args.drafter)
-    if did not in TRAINERS:
-        p.error(f"unknown drafter {args.drafter!r}; choose from {', '.join([*TRAINERS, *ALIASES])}")
+    did = drafter_id(p, args.drafter)
     command = shlex.join(["python", "-m", "specviz", "train", "soup", *argv])
     try:
         paths = soup.make(did, [Path(a) for a in args.assets], Path(args.out), command, args.note)
-    except (soup.SoupError, DrafterUnavailable) as exc:
+    except soup.SoupError as exc:
         p.error(str(exc))
     print(f"wrote {', '.join(str(x) for x in paths)} and {Path(args.out) / (did + '.md')} "
           f"(the average of {len(args.assets)} weight sets)")

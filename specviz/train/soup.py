@@ -17,13 +17,14 @@ probe's call (`train probe`), as for any fine-tune.
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
 from specviz.drafters import weights
+from specviz.drafters.base import DrafterUnavailable
+from specviz.train import data as D
 
 
 class SoupError(ValueError):
@@ -31,6 +32,7 @@ class SoupError(ValueError):
 
 
 def _fingerprint(drafter_id: str, assets: Path) -> str:
+    """The target fingerprint the folder's weights of the drafter were trained for."""
     paths = weights.files(drafter_id, assets)
     if not paths:
         raise SoupError(f"no {drafter_id} weights in {assets}")
@@ -39,11 +41,9 @@ def _fingerprint(drafter_id: str, assets: Path) -> str:
 
 
 def digest(drafter_id: str, assets: Path) -> str:
-    """A short content hash of a folder's weights of the drafter (names an ingredient)."""
-    h = hashlib.sha256()
-    for path in weights.files(drafter_id, assets):
-        h.update(path.read_bytes())
-    return h.hexdigest()[:12]
+    """A folder's weight files of the drafter, by content (`data.file_digest`, as the probe's
+    engine cache names them): names an ingredient."""
+    return ", ".join(D.file_digest(path) for path in weights.files(drafter_id, assets))
 
 
 def average(drafter_id: str, folders: list[Path]) -> tuple[dict[str, torch.Tensor], dict, str]:
@@ -52,11 +52,10 @@ def average(drafter_id: str, folders: list[Path]) -> tuple[dict[str, torch.Tenso
     if len(folders) < 2:
         raise SoupError("a soup needs at least two assets folders")
     fingerprint = _fingerprint(drafter_id, folders[0])
-    sets = []
-    for folder in folders:
-        if _fingerprint(drafter_id, folder) != fingerprint:
-            raise SoupError(f"{folder}: {drafter_id} weights for another target than {folders[0]}'s")
-        sets.append(weights.load(drafter_id, fingerprint, folder))
+    try:       # load checks each folder's target against the first's
+        sets = [weights.load(drafter_id, fingerprint, folder) for folder in folders]
+    except DrafterUnavailable as exc:
+        raise SoupError(f"{exc} (the first ingredient, {folders[0]}, sets the target)") from None
     (first, config), rest = sets[0], sets[1:]
     for folder, (tensors, cfg) in zip(folders[1:], rest):
         if cfg != config:
@@ -81,7 +80,7 @@ def card_section(drafter_id: str, folders: list[Path], command: str, note: str) 
     return (f"## Weight average of {len(folders)} weight sets\n\n"
             f"`{command}`: the uniform average of these folders' `{drafter_id}` weights (every "
             "floating tensor; the draft vocabulary is theirs, the same in all):\n\n"
-            f"| ingredient | sha256 of its weight files (first 12) |\n|---|---|\n{rows}\n"
+            f"| ingredient | sha256 of its weight files (first 16 hex digits) |\n|---|---|\n{rows}\n"
             + (f"\n{note}\n" if note else ""))
 
 
