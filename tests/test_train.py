@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
+from safetensors.torch import load_file
 
 from specviz.drafters import weights
 from specviz.drafters.eagle import Eagle1Head
@@ -541,6 +542,7 @@ def test_greedy_mix_moves_label_mass_onto_the_greedy_token():
                                   ["--drafter", "dflash-b16", "--ttt-steps", "5"],
                                   ["--drafter", "peagle", "--ttt-steps", "3"],
                                   ["--drafter", "eagle3", "--greedy-mix", "1.5"],
+                                  ["--drafter", "eagle3", "--ema", "1"],
                                   ["--drafter", "eagle3", "--draft-vocab", "10"],
                                   ["--drafter", "nope"],
                                   ["--build-data", "--feature-batch", "-1"]])
@@ -553,3 +555,36 @@ def test_bad_options_are_refused_before_the_target_loads(argv, monkeypatch, caps
     with pytest.raises(SystemExit) as exc:
         cli.main(argv)
     assert exc.value.code == 2 and "error:" in capsys.readouterr().err
+
+
+def test_a_moving_average_of_the_weights_is_kept_resumed_and_shipped(tiny_target, tiny_data,
+                                                                      tmp_path):
+    """`ema`: the average starts at the starting weights, moves by (1 - decay) towards each
+    step's weights, survives a resume through the checkpoint, and is what ships; the training
+    trajectory itself is the run's without an average."""
+    from specviz.drafters import eagle3
+    tr, data = make(tiny_target, tiny_data)
+    trained = lambda m: {k: p.detach().clone() for k, p in m.named_parameters() if p.requires_grad}
+    start = trained(tr.module)
+    cfg = TrainConfig("eagle3", steps=1, batch_size=2, seq_len=16, lr=3e-3, warmup=1,
+                      eval_every=100, eval_batches=1, out_dir=str(tmp_path / "ck"), ema=0.75)
+    with weights.use(tmp_path):
+        train(tr, data, cfg, tiny_target)
+        w1 = trained(tr.module)             # the module keeps its own weights, not the average
+        ck = load_file(str(tmp_path / "ck" / "eagle3" / "ckpt.safetensors"))
+        for k in start:
+            assert torch.allclose(ck[f"ema/{k}"], 0.75 * start[k] + 0.25 * w1[k], atol=1e-6)
+            assert torch.equal(ck[f"param/{k}"], w1[k]) and not torch.equal(w1[k], start[k])
+        shipped = eagle3.load_head(tiny_target).state_dict()
+        k = next(k for k in start if k in shipped and start[k].ndim == 2)
+        assert torch.allclose(shipped[k].float(), ck[f"ema/{k}"], atol=2e-2)   # shipped as bf16
+        assert not torch.allclose(shipped[k].float(), w1[k], atol=1e-4)
+        train(tr, data, replace(cfg, steps=2, resume=True, ship=False))
+        w2 = trained(tr.module)
+        ck2 = load_file(str(tmp_path / "ck" / "eagle3" / "ckpt.safetensors"))
+        assert torch.allclose(ck2[f"ema/{k}"], 0.75 * ck[f"ema/{k}"] + 0.25 * w2[k], atol=1e-6)
+    plain, _ = make(tiny_target, tiny_data)   # the same run without an average takes the same steps
+    train(plain, data, replace(cfg, steps=2, ema=0.0, ship=False, out_dir=str(tmp_path / "p")))
+    assert all(torch.allclose(p, w2[n], atol=1e-6) for n, p in trained(plain.module).items())
+    with pytest.raises(ValueError, match="decay"):
+        train(plain, data, replace(cfg, ema=1.0, ship=False, out_dir=str(tmp_path / "q")))

@@ -90,6 +90,8 @@ def check_drafter_options(args) -> None:
         parser().error(f"--ce-weight applies to dspark, not {args.drafter}")
     if not 0 <= args.ce_weight <= 1:
         parser().error("--ce-weight must be in [0, 1] (0 = the published 0.1)")
+    if not 0 <= args.ema < 1:
+        parser().error("--ema must be in [0, 1) (0 = off)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -150,6 +152,11 @@ def parser() -> argparse.ArgumentParser:
                    help="dspark: loss W * CE + (1 - W) * L1 against the target's distribution, "
                         "plus the confidence BCE (0 = the published 0.1); an experiment: 0.5 "
                         "did no better than 0.1 here (the dspark card)")
+    p.add_argument("--ema", type=float, default=DEFAULTS.ema, metavar="DECAY",
+                   help="evaluate and ship the exponential moving average of the weights with "
+                        "this decay per step, started at the starting weights (0 = off: the "
+                        "last weights); with --init shipped, a weight average of the fine-tune "
+                        "with the shipped weights, as `train soup` makes of separate runs")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="bf16 autocast for the drafter's forward and loss: auto = on CUDA and on "
                         "a CPU with native bfloat16 (AMX, AVX512-BF16), 1.5-2x the steps per "
@@ -514,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
                           warmup=args.warmup, eval_every=args.eval_every, seed=args.seed,
                           resume=args.resume, ship=not args.no_ship, note=args.note,
                           init=args.init, out_dir=args.out_dir, precision=args.precision,
-                          flags=drafter_flags(args))
+                          ema=args.ema, flags=drafter_flags(args))
         result = train(trainable, data, cfg, target)
         print(result)
     return 0

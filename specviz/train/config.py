@@ -32,6 +32,8 @@ class TrainConfig:
     out_dir: str = str(DATA_DIR)
     note: str = ""                # free text for the model card (e.g. the scale reached)
     precision: str = "auto"       # bf16 autocast: auto (CUDA, native-bf16 CPU), fp32 or bf16
+    ema: float = 0.0              # decay of the weights' moving average that is evaluated and
+                                  # shipped (0 = off: the last weights)
     flags: str = ""               # the drafter's own CLI options, for the card's Reproduce line
 
     @property

@@ -15,6 +15,9 @@ drafter plugs in with a `Trainable`:
 AdamW, linear warmup then cosine decay over max(step/steps, elapsed/minutes); deterministic
 batches and noise (seeded by (seed, step)), so a resumed run sees the same batches. Checkpoints
 are safetensors (parameters and AdamW moments) plus a JSON of counters: nothing is unpickled.
+With `ema` > 0 the loop also keeps an exponential moving average of the trained parameters, started
+at the starting weights (Polyak averaging; from shipped weights, a weight average of the fine-tune
+with where it began, as `train soup` makes of separate runs), and evaluates and ships the average.
 The drafter's forward and loss run under bf16 autocast (`precision`, "auto" by default) on CUDA
 and on a CPU that multiplies bfloat16 natively (AMX or AVX512-BF16: 1.5-2x the steps per second
 of fp32 on this project's machines, with the same held-out curve per step); parameters and
@@ -27,6 +30,7 @@ import math
 import platform
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
@@ -150,9 +154,11 @@ def init_from(module: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None
 
 
 def save_checkpoint(cfg: TrainConfig, params: dict[str, torch.nn.Parameter],
-                    opt: torch.optim.AdamW, state: dict) -> None:
+                    opt: torch.optim.AdamW, state: dict,
+                    average: dict[str, torch.Tensor] | None = None) -> None:
     cfg.ckpt_dir.mkdir(parents=True, exist_ok=True)
     tensors = {f"param/{k}": p.detach().cpu().contiguous() for k, p in params.items()}
+    tensors |= {f"ema/{k}": v.cpu().contiguous() for k, v in (average or {}).items()}
     for k, p in params.items():
         s = opt.state.get(p, {})
         for name in ("exp_avg", "exp_avg_sq"):
@@ -165,7 +171,9 @@ def save_checkpoint(cfg: TrainConfig, params: dict[str, torch.nn.Parameter],
 
 
 def load_checkpoint(cfg: TrainConfig, params: dict[str, torch.nn.Parameter],
-                    opt: torch.optim.AdamW) -> dict | None:
+                    opt: torch.optim.AdamW,
+                    average: dict[str, torch.Tensor] | None = None) -> dict | None:
+    """Restore parameters, AdamW moments and (when given and saved) the weight average."""
     path = cfg.ckpt_dir / "ckpt.safetensors"
     if not path.exists():
         return None
@@ -174,11 +182,32 @@ def load_checkpoint(cfg: TrainConfig, params: dict[str, torch.nn.Parameter],
     for k, p in params.items():
         with torch.no_grad():
             p.copy_(tensors[f"param/{k}"].to(p))
+            if average is not None and f"ema/{k}" in tensors:
+                average[k].copy_(tensors[f"ema/{k}"])
         if f"exp_avg/{k}" in tensors:
             opt.state[p] = {"step": torch.tensor(state["adam_step"][k]),
                             "exp_avg": tensors[f"exp_avg/{k}"].to(p),
                             "exp_avg_sq": tensors[f"exp_avg_sq/{k}"].to(p)}
     return state
+
+
+@contextmanager
+def averaged(params: dict[str, torch.nn.Parameter], average: dict[str, torch.Tensor] | None):
+    """The trained parameters hold their moving average for the block (to evaluate or ship
+    it), and their own values again after it; a no-op without an average."""
+    if not average:
+        yield
+        return
+    own = {k: p.detach().clone() for k, p in params.items()}
+    with torch.no_grad():
+        for k, p in params.items():
+            p.copy_(average[k])
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for k, p in params.items():
+                p.copy_(own[k])
 
 
 # --- the loop -------------------------------------------------------------------------------
@@ -195,8 +224,15 @@ def train(trainable: Trainable, data: TrainData, cfg: TrainConfig, target=None) 
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr,
                             betas=(0.9, 0.95))
-    state = (load_checkpoint(cfg, params, opt) if cfg.resume else None) or {
+    if not 0 <= cfg.ema < 1:
+        raise ValueError("the weight average's decay must be in [0, 1) (0 = off)")
+    average = {k: p.detach().clone() for k, p in params.items()} if cfg.ema else None
+    state = (load_checkpoint(cfg, params, opt, average) if cfg.resume else None) or {
         "step": 0, "elapsed_s": 0.0, "tokens": 0, "evals": [], "config": asdict(cfg)}
+
+    def scored() -> dict:
+        with averaged(params, average):
+            return evaluate(trainable, data, cfg, dev)
     log = (cfg.ckpt_dir / "log.jsonl")
     cfg.ckpt_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter() - state["elapsed_s"]
@@ -214,7 +250,7 @@ def train(trainable: Trainable, data: TrainData, cfg: TrainConfig, target=None) 
             tqdm.write(f"[{cfg.drafter_id}] the shipped weights were already trained on response "
                        f"shards {span_of(again)} of this data (their card's shards seen over "
                        "rounds)")
-        state["start_eval"] = evaluate(trainable, data, cfg, dev)
+        state["start_eval"] = scored()
         tqdm.write(f"[{cfg.drafter_id}] step 0 (shipped weights): {state['start_eval']}")
     stats = {"loss": state.get("final_loss")}     # a resumed run may have no step left
     while not done():
@@ -231,6 +267,10 @@ def train(trainable: Trainable, data: TrainData, cfg: TrainConfig, target=None) 
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params.values(), cfg.grad_clip)
         opt.step()
+        if average:
+            with torch.no_grad():
+                for k, p in params.items():
+                    average[k].lerp_(p.detach(), 1 - cfg.ema)
         state["step"] = step + 1
         state["tokens"] += int(batch["valid"].sum())
         state["elapsed_s"] = time.perf_counter() - t_start
@@ -241,15 +281,16 @@ def train(trainable: Trainable, data: TrainData, cfg: TrainConfig, target=None) 
         with log.open("a") as f:
             f.write(json.dumps({"step": state["step"], **stats}) + "\n")
         if state["step"] % cfg.eval_every == 0:
-            state["evals"].append({"step": state["step"], **evaluate(trainable, data, cfg, dev)})
+            state["evals"].append({"step": state["step"], **scored()})
             tqdm.write(f"[{cfg.drafter_id}] step {state['step']}: {state['evals'][-1]}")
-            save_checkpoint(cfg, params, opt, state)
+            save_checkpoint(cfg, params, opt, state, average)
     bar.close()
-    state["final_eval"] = evaluate(trainable, data, cfg, dev)
+    state["final_eval"] = scored()
     state["final_loss"] = stats["loss"]
-    save_checkpoint(cfg, params, opt, state)
+    save_checkpoint(cfg, params, opt, state, average)
     if cfg.ship and target is not None:
-        ship(trainable, data, cfg, state, target)
+        with averaged(params, average):
+            ship(trainable, data, cfg, state, target)
     return {k: state[k] for k in ("step", "elapsed_s", "tokens", "final_eval")}
 
 
@@ -375,7 +416,7 @@ def ship(trainable: Trainable, data: TrainData, cfg: TrainConfig, state: dict, t
 | target fingerprint | `{target.fingerprint}` |
 | training data | {meta['sequences']} sequences, {meta['tokens']} tokens ({meta['response_tokens']} response tokens) of target-generated answers to the offline instruction stream (`specviz/train/sources.py`){span}{also}; {len(data.heldout_ids)} sequences held out |
 {summed}| start | {start} |
-| optimisation | AdamW lr {cfg.lr}, warmup {cfg.warmup}, cosine; batch {cfg.batch_size} x {cfg.seq_len} tokens; seed {cfg.seed} |
+| optimisation | AdamW lr {cfg.lr}, warmup {cfg.warmup}, cosine; batch {cfg.batch_size} x {cfg.seq_len} tokens; seed {cfg.seed}{f"; ships the moving average of the weights (decay {cfg.ema:g}, from the starting weights)" if cfg.ema else ""} |
 | steps | {state['step']} ({state['tokens']:,} tokens seen) |
 | hardware | {hw} |
 | wall time | {state['elapsed_s'] / 60:.1f} min |
@@ -387,6 +428,6 @@ Reproduce: with the response shards in data/responses/ (`python -m specviz train
 extends them{f", --self-instruct {selfi}" if selfi else ""}), {build}, then
 `python -m specviz train --drafter {cfg.drafter_id} --minutes {cfg.minutes} --steps {cfg.steps} \\
 --batch-size {cfg.batch_size} --seq-len {cfg.seq_len} --lr {cfg.lr} --warmup {cfg.warmup}\
-{" --init shipped" if cfg.init == "shipped" else ""}{use}{cfg.flags}`.
+{" --init shipped" if cfg.init == "shipped" else ""}{f" --ema {cfg.ema:g}" if cfg.ema else ""}{use}{cfg.flags}`.
 {earlier_sections(before)}"""
     weights.write_card(cfg.drafter_id, card)
