@@ -233,6 +233,7 @@ def train(trainable: Trainable, data: TrainData, cfg: TrainConfig, target=None) 
     def scored() -> dict:
         with averaged(params, average):
             return evaluate(trainable, data, cfg, dev)
+
     log = (cfg.ckpt_dir / "log.jsonl")
     cfg.ckpt_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter() - state["elapsed_s"]

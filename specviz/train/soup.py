@@ -7,7 +7,8 @@ the starting and the fine-tuned weights (Wortsman et al., "Robust fine-tuning of
 models"). Here the probe prompts play that part: a fine-tune on the templated instruction
 stream gains on its own held-out split and loses a little on the hand-written probe, and the
 average of the shipped weights with such fine-tunes gained there a little (about +0.01 in τ
-for eagle1, eagle3 and mtp in 2026-12: their model cards).
+for eagle1, eagle3 and mtp in 2026-12: their model cards). `train --ema` (train/loop.py) makes
+the same kind of average within one run.
 
 Boundary: reading the ingredients (one drafter's weights in several assets folders), checking
 that they can be averaged (the same target, configuration, tensor names and shapes, integer
