@@ -9,10 +9,11 @@ narrate the rejection-sampling rule. With --set, the strategies are recorded wit
 settings instead, and the file names end in -<setting><value> (e.g. -threshold0.2).
 Strategies whose drafter is unavailable are skipped with the reason.
 
-The shipped traces (2026-12-07: eagle2 on the round-14 eagle1 weights and eagle3 round 16, both
-at tree depth 10, `--strategies eagle2,eagle3`, recorded on an idle bf16 machine, since the
+The shipped traces (2026-12-07: eagle2 on the round-15 eagle1 weights, `--strategies eagle2`,
+and eagle3 round 16, `--strategies eagle2,eagle3` earlier that day, both at tree depth 10 and
+recorded on an idle bf16 machine, since the
 auto_budget tree sizes follow the measured forward cost (on an fp32-only CPU eagle2 verified 1-5
-drafts a step, here 6-18); also 2026-12-07: eagle1 on the round-15 weights (its static tree has no
+drafts a step, here 6-15); also 2026-12-07: eagle1 on the round-15 weights (its static tree has no
 cost model, so its steps do not depend on the machine); 2026-12-06: dflash (B = 16) round 13,
 draft round 11, mtp round 13; 2026-12-05: peagle round 10, and dspark round 11's three default
 traces (`--strategies dspark`); also
