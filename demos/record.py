@@ -14,8 +14,11 @@ and eagle3 round 16, `--strategies eagle2,eagle3` earlier that day, both at tree
 recorded on an idle bf16 machine, since the
 auto_budget tree sizes follow the measured forward cost (on an fp32-only CPU eagle2 verified 1-5
 drafts a step, here 6-15); also 2026-12-07: eagle1 on the round-15 weights (its static tree has no
-cost model, so its steps do not depend on the machine); 2026-12-06: dflash (B = 16) round 13,
-draft round 11, mtp round 13; 2026-12-05: peagle round 10, and dspark round 11's three default
+cost model, so its steps do not depend on the machine); 2026-12-08: mtp round 14 (a fixed chain,
+timing-free); eagle3 round 17 was not re-recorded: on that faster machine the cost model sized
+smaller trees, so the round-16 weights too fell from τ 2.25/2.18 to 1.89/2.00 on copy-list and
+explain, and the traces would have shown the machine, not the weights; 2026-12-06: dflash
+(B = 16) round 13, draft round 11; 2026-12-05: peagle round 10, and dspark round 11's three default
 traces (`--strategies dspark`); also
 2026-12-04: dspark round 9's threshold traces, which the DSpark walkthrough names,
 with the calibration refitted on the 96 probe prompts; 2026-12-01 for the others) come from
