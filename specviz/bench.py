@@ -21,6 +21,7 @@ import torch
 
 from specviz import events as ev
 from specviz import runner, strategies, turns
+from specviz.engine.cost import forward_cost
 from specviz.engine.decode import BadRequest, GenSettings
 from specviz.models.target import Target
 
@@ -180,11 +181,22 @@ def forward_count(model: torch.nn.Module) -> Iterator[list[int]]:
         handle.remove()
 
 
-# A lockstep turn lasts this long (a few decoding steps), not one step: every switch to another
-# runner costs the next one time (its caches cold), and switching at every step of 11 runners
-# cost the learned strategies more than `ar` (eagle3 1.70x hf-generate, 1.83x run serially, 1.85x
-# in 0.15 s turns on the same 8 dev prompts). Drifts of the machine's speed last seconds.
+# A lockstep turn lasts a few decoding steps, not one: every switch to another runner costs the
+# next one time (its caches cold), and switching at every step of 11 runners cost the learned
+# strategies more than `ar` (eagle3 1.70x hf-generate, 1.83x run serially, 1.85x in 0.15 s turns
+# on the same 8 dev prompts, where a target step took about 40 ms). A turn is TURN_STEPS target
+# steps long by the machine's own cost model, and at least TURN_S: on a machine whose step took
+# 85 ms, 0.15 s turns of 14 runners left the trees' drafting cold at nearly every step (`eagle2`
+# τ 1.78 against 2.35 with 5 runners, its cost model trimming the tree). Drifts of the machine's
+# speed last seconds.
 TURN_S = 0.15
+TURN_STEPS = 6
+
+
+def turn_seconds(target: Target) -> float:
+    """How long a lockstep turn lasts on this machine: TURN_STEPS single-token target forwards
+    by its cost model, and at least TURN_S."""
+    return max(TURN_S, TURN_STEPS * forward_cost(target)(1))
 
 
 def _run(runs: dict[str, Turns], turn_order: random.Random | None, turn_s: float = TURN_S
@@ -257,11 +269,12 @@ def bench(target: Target, *, strategy_ids: list[str], prompts: list[Prompt],
     warm = GenSettings(max_new_tokens=4, temperature=settings.temperature, seed=settings.seed)
     runs: dict[str, list[list[dict]]] = {k: [[] for _ in prompts] for k in runners}
     turn_order = random.Random(settings.seed) if lockstep else None
+    turn_s = turn_seconds(target) if lockstep else TURN_S
     for r in range(repeats):
         if r:
             strategies.forget(target)
         _run({k: go(target.encode("Hello"), warm, lockstep) for k, go in runners.items()},
-             turn_order)
+             turn_order, turn_s)
         for n, pr in enumerate(prompts):
             pids = runner.encode(target, pr.prompt)
             s = GenSettings(max_new_tokens=max_new_tokens or pr.max_new_tokens or 128,
@@ -270,7 +283,7 @@ def bench(target: Target, *, strategy_ids: list[str], prompts: list[Prompt],
             order = list(runners)   # rotated from prompt to prompt: no fixed position bias
             k = (n + r) % len(order)
             results = _run({name: runners[name](pids, s, lockstep)
-                            for name in order[k:] + order[:k]}, turn_order)
+                            for name in order[k:] + order[:k]}, turn_order, turn_s)
             for name, (toks, wall, _, _) in results.items():
                 log(f"{pr.id} {name}: {len(toks)} tokens in {wall:.2f} s")
             ref = results["ar"][0]
@@ -285,7 +298,8 @@ def bench(target: Target, *, strategy_ids: list[str], prompts: list[Prompt],
                                              if forwards and name not in PEERS else None),
                     "greedy_match": match})
     rows = {name: [_median_run(rs) for rs in per_prompt] for name, per_prompt in runs.items()}
-    return _report(rows, target, settings, max_new_tokens, skipped, repeats, lockstep)
+    return _report(rows, target, settings, max_new_tokens, skipped, repeats,
+                   turn_s if lockstep else None)
 
 
 def _median_run(rows: list[dict]) -> dict:
@@ -296,7 +310,7 @@ def _median_run(rows: list[dict]) -> dict:
 
 
 def _report(rows: dict[str, list[dict]], target: Target, s: GenSettings, max_new_tokens: int | None,
-            skipped: dict[str, str], repeats: int, lockstep: bool) -> dict:
+            skipped: dict[str, str], repeats: int, turn_s: float | None) -> dict:
     def agg(name: str) -> dict:
         r = rows[name]
         tok = sum(x["new_tokens"] for x in r)
@@ -322,7 +336,8 @@ def _report(rows: dict[str, list[dict]], target: Target, s: GenSettings, max_new
         "model": target.model_id, "device": str(target.device),
         "dtype": str(target.dtype).replace("torch.", ""), "max_new_tokens": max_new_tokens,
         "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "seed": s.seed,
-        "repeats": repeats, "lockstep": lockstep,
+        "repeats": repeats, "lockstep": turn_s is not None,
+        "turn_s": turn_s and round(turn_s, 3),
         "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
         "platform": platform.platform(), "skipped_peers": skipped}, "strategies": {}}
     for name, a in aggs.items():

@@ -128,6 +128,7 @@ def test_bench_repeats_keep_each_prompts_median_run(capsys, tmp_path):
     assert code == 0
     d = json.loads(out)
     assert d["settings"]["repeats"] == 3 and d["settings"]["lockstep"] is False
+    assert d["settings"]["turn_s"] is None
     for name in ("ar", "ngram"):
         row = d["strategies"][name]["prompts"][0]
         runs = row["wall_s_runs"]
@@ -147,6 +148,7 @@ def test_bench_lockstep_takes_turns_with_the_peers(capsys, tmp_path):
     assert code == 0
     d = json.loads(out)
     assert d["settings"]["lockstep"] is True   # the default
+    assert d["settings"]["turn_s"] >= 0.15      # bench.TURN_S, or TURN_STEPS steps of this machine
     ar = d["strategies"]["ar"]["prompts"][0]
     for name in ("ar", "ngram", "hf-generate", "hf-prompt-lookup"):
         row = d["strategies"][name]["prompts"][0]
@@ -183,6 +185,18 @@ def test_lockstep_turns_last_a_quantum_of_steps_and_time_counts_each_runners_own
     log.clear()
     bench._run({"a": runner("a", 2, 0.1), "b": runner("b", 2, 0.1)}, None)
     assert log == ["a", "a", "b", "b"]                  # serial
+
+
+def test_a_lockstep_turn_is_a_few_target_steps_of_this_machine(monkeypatch):
+    """bench.turn_seconds: TURN_STEPS single-token forwards by the target's cost model, so that on
+    a slow machine a turn still holds a few steps of each runner; never under TURN_S."""
+    from specviz import bench
+    from specviz.engine.cost import ForwardCost
+
+    monkeypatch.setattr(bench, "forward_cost", lambda t: ForwardCost([1, 8], [0.085, 0.1]))
+    assert bench.turn_seconds(object()) == pytest.approx(bench.TURN_STEPS * 0.085)
+    monkeypatch.setattr(bench, "forward_cost", lambda t: ForwardCost([1, 8], [0.01, 0.02]))
+    assert bench.turn_seconds(object()) == bench.TURN_S
 
 
 def test_bench_table_shows_aggregates_and_each_prompt():
