@@ -66,7 +66,8 @@ def parser() -> argparse.ArgumentParser:
     mode = b.add_mutually_exclusive_group()
     mode.add_argument("--lockstep", dest="lockstep", action="store_true", default=True,
                       help="(the default) on each prompt, the strategies and peers take turns of "
-                           "about 0.15 s of decoding steps each, and a run's time is the sum of "
+                           "decoding steps (six target steps of this machine, at least 0.15 s "
+                           "each turn), and a run's time is the sum of "
                            "its own steps: a busy or drifting machine slows them all alike, so "
                            "ratios are paired turn by turn")
     mode.add_argument("--serial", dest="lockstep", action="store_false",

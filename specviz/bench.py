@@ -199,7 +199,7 @@ def turn_seconds(target: Target) -> float:
     return max(TURN_S, TURN_STEPS * forward_cost(target)(1))
 
 
-def _run(runs: dict[str, Turns], turn_order: random.Random | None, turn_s: float = TURN_S
+def _run(runs: dict[str, Turns], turn_order: random.Random | None, turn_s: float | None = TURN_S
          ) -> dict[str, tuple[list[int], float, int | None, Split]]:
     """Drive each runner's run to its end: one after another in the dict's order, or, given
     `turn_order` (a seeded RNG: lockstep), in rounds of one turn each, in a fresh random order
@@ -246,7 +246,7 @@ def bench(target: Target, *, strategy_ids: list[str], prompts: list[Prompt],
     fresh process's cross-request state (`strategies.forget`: the n-gram store learns the same
     way in every pass), and each prompt's row for a strategy is its run of median wall time
     (its `wall_s_runs` lists every pass). With lockstep (the default) the runners on a prompt
-    take turns of TURN_S seconds of decoding steps each, in a seeded random order each round
+    take turns of `turn_seconds` of decoding steps each, in a seeded random order each round
     (HF generate pauses at each step in a greenlet, turns.py), and a run's wall time is the sum
     of its own steps: a drift in the machine's speed then falls on every runner alike.
     Without it (serial), the runners on a prompt run one after another. Both repeats and
@@ -269,7 +269,7 @@ def bench(target: Target, *, strategy_ids: list[str], prompts: list[Prompt],
     warm = GenSettings(max_new_tokens=4, temperature=settings.temperature, seed=settings.seed)
     runs: dict[str, list[list[dict]]] = {k: [[] for _ in prompts] for k in runners}
     turn_order = random.Random(settings.seed) if lockstep else None
-    turn_s = turn_seconds(target) if lockstep else TURN_S
+    turn_s = turn_seconds(target) if lockstep else None
     for r in range(repeats):
         if r:
             strategies.forget(target)
@@ -298,8 +298,7 @@ def bench(target: Target, *, strategy_ids: list[str], prompts: list[Prompt],
                                              if forwards and name not in PEERS else None),
                     "greedy_match": match})
     rows = {name: [_median_run(rs) for rs in per_prompt] for name, per_prompt in runs.items()}
-    return _report(rows, target, settings, max_new_tokens, skipped, repeats,
-                   turn_s if lockstep else None)
+    return _report(rows, target, settings, max_new_tokens, skipped, repeats, turn_s)
 
 
 def _median_run(rows: list[dict]) -> dict:
